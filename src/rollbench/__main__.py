@@ -1,0 +1,5 @@
+import sys
+
+from rollbench.cli import main
+
+sys.exit(main())

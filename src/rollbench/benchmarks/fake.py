@@ -1,0 +1,108 @@
+"""A tiny deterministic benchmark, registered like a real one, for tests and demos.
+
+`CountdownEnv`: a point moves in the plane toward a target drawn from the reset seed;
+the episode succeeds (and terminates) when the point is within reach, and is cut at a
+per-task step limit. Episode lengths differ from seed to seed, which is what makes
+batching and scheduling bugs visible in exact per-episode comparisons.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rollbench.config.env import BenchmarkConfig, Feature, register_benchmark, split_tasks
+from rollbench.config.fields import opt
+from rollbench.errors import ConfigError
+
+TASKS = {"near": 0.3, "mid": 0.8, "far": 2.5}  # task -> target distance scale
+GROUPS = {"all": list(TASKS)}
+SPEED = 0.1
+REACH = 0.05
+
+
+class CountdownEnv(gym.Env):
+    """Reach a target drawn from the reset seed; success within `REACH`."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+
+    def __init__(self, scale: float, max_steps: int) -> None:
+        self.scale = scale
+        self.max_steps = max_steps
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.observation_space = gym.spaces.Dict(
+            {
+                "agent_pos": gym.spaces.Box(-10.0, 10.0, (2,), np.float64),
+                "environment_state": gym.spaces.Box(-10.0, 10.0, (4,), np.float64),
+            }
+        )
+        self._pos = np.zeros(2)
+        self._target = np.zeros(2)
+        self._t = 0
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        return {"agent_pos": self._pos.copy(), "environment_state": np.concatenate([self._pos, self._target])}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._target = self.np_random.uniform(-self.scale, self.scale, size=2)
+        self._pos = np.zeros(2)
+        self._t = 0
+        return self._obs(), {"is_success": False}
+
+    def step(self, action: np.ndarray) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        action = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
+        self._pos = self._pos + SPEED * action
+        self._t += 1
+        dist = float(np.linalg.norm(self._target - self._pos))
+        success = dist < REACH
+        return self._obs(), -dist, success, self._t >= self.max_steps, {"is_success": success}
+
+
+def _expert(features: dict[str, Any]) -> np.ndarray:
+    state = np.asarray(features["observation.environment_state"])
+    return np.clip((state[2:4] - state[0:2]) / SPEED, -1.0, 1.0).astype(np.float32)
+
+
+@register_benchmark("fake")
+@dataclass(frozen=True)
+class FakeConfig(BenchmarkConfig):
+    """Deterministic point-reaching tasks (near, mid, far; group `all`)."""
+
+    task: str = opt("all", "near, mid, far, a comma list, or the group `all`")
+    max_steps: int = opt(20, "step limit of the env itself (truncation)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in split_tasks(self.task):
+            if name not in TASKS and name not in GROUPS:
+                raise ConfigError(
+                    f"--env.task={name!r} is not a fake task; known: {', '.join([*TASKS, *GROUPS])}"
+                )
+
+    def tasks(self) -> dict[str, list[str]]:
+        return {name: GROUPS.get(name, [name]) for name in split_tasks(self.task)}
+
+    def make_task_env(self, task: str) -> gym.Env:
+        return CountdownEnv(TASKS[task], self.max_steps)
+
+    def max_episode_steps(self, task: str) -> int:
+        return self.max_steps
+
+    def task_description(self, task: str) -> str:
+        return f"reach a {task} target"
+
+    @property
+    def features(self) -> dict[str, Feature]:
+        return {
+            "observation.state": Feature("STATE", (2,)),
+            "observation.environment_state": Feature("ENV", (4,)),
+            "action": Feature("ACTION", (2,)),
+        }
+
+    def expert(self, task: str) -> Callable[[dict[str, Any]], np.ndarray]:
+        return _expert

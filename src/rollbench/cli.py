@@ -1,0 +1,322 @@
+"""The `rollbench` command: eval, merge, list.
+
+Flags are `--group.field=value` (or `--group.field value`), as in `lerobot-eval`;
+`--env.type` picks the benchmark whose fields the other `--env.*` flags set. Errors print
+as one line without a traceback (`--debug` shows it). Exit codes: 0 done, 1 the run
+failed (or a merged result is partial), 2 bad usage or configuration, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import importlib
+import logging
+import os
+import sys
+import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+from rollbench import __version__
+from rollbench.config.env import BENCHMARKS, BenchmarkConfig
+from rollbench.config.eval import EvalConfig
+from rollbench.config.fields import build, field_help
+from rollbench.config.policy import PolicyConfig
+from rollbench.config.run import RunConfig
+from rollbench.errors import ConfigError, RollbenchError
+from rollbench.policies.base import POLICIES
+
+log = logging.getLogger("rollbench")
+
+COMMANDS = {
+    "eval": "evaluate a policy on a benchmark",
+    "merge": "rebuild eval_info.json from every episode log under a directory",
+    "list": "show the registered benchmarks (tasks, groups) and policy types",
+}
+
+
+def parse_flags(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """`--a.b=c`, `--a.b c` and bare `--flag` (true) -> ({"a.b": "c"}, positionals)."""
+    flags: dict[str, str] = {}
+    positional: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token.startswith("--") and len(token) > 2:
+            key, eq, value = token[2:].partition("=")
+            if not eq:
+                if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                    value = argv[i + 1]
+                    i += 1
+                else:
+                    value = "true"
+            if key in flags:
+                raise ConfigError(f"--{key} is given twice ({flags[key]!r} and {value!r})")
+            flags[key] = value
+        else:
+            positional.append(token)
+        i += 1
+    return flags, positional
+
+
+def load_plugins() -> None:
+    """Import the modules named in $ROLLBENCH_PLUGINS (comma list): they may register plugins."""
+    for name in filter(None, (p.strip() for p in os.environ.get("ROLLBENCH_PLUGINS", "").split(","))):
+        try:
+            importlib.import_module(name)
+        except Exception as err:
+            raise ConfigError(f"ROLLBENCH_PLUGINS: cannot import {name!r} ({type(err).__name__}: {err})") from None
+
+
+def _group(flags: dict[str, str], prefix: str) -> dict[str, str]:
+    return {k[len(prefix) :]: flags.pop(k) for k in list(flags) if k.startswith(prefix)}
+
+
+def benchmark_from_flags(env_flags: dict[str, str]) -> BenchmarkConfig:
+    env_type = env_flags.pop("type", None)
+    if not env_type:
+        raise ConfigError(f"--env.type is required; known benchmarks: {', '.join(BENCHMARKS.names())}")
+    try:
+        cls = BENCHMARKS.get(env_type)
+    except ConfigError as err:
+        raise ConfigError(f"--env.type={env_type!r}: {err}") from None
+    return build(cls, env_flags, "env.")
+
+
+def policy_from_flags(policy_flags: dict[str, str]) -> PolicyConfig:
+    known = {f.name for f in dataclasses.fields(PolicyConfig)} - {"options"}
+    options = {k: v for k, v in policy_flags.items() if k not in known}
+    base = {k: v for k, v in policy_flags.items() if k in known}
+    ptype = base.get("type", "")
+    if ptype:
+        try:
+            factory = POLICIES.get(ptype)
+        except ConfigError as err:
+            raise ConfigError(f"--policy.type={ptype!r}: {err}") from None
+        if options and not getattr(factory, "accepts_options", False):
+            import difflib
+
+            key = next(iter(options))
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f" Did you mean --policy.{close[0]}?" if close else ""
+            raise ConfigError(f"unknown flag --policy.{key} for --policy.type={ptype}.{hint}")
+    return build(PolicyConfig, base, "policy.", options=options)
+
+
+def default_output_dir(env_type: str, policy_type: str) -> str:
+    now = dt.datetime.now()
+    return os.path.join("outputs", "eval", now.strftime("%Y-%m-%d"), f"{now.strftime('%H-%M-%S')}_{env_type}_{policy_type}")
+
+
+def config_from_flags(flags: dict[str, str]) -> RunConfig:
+    flags = dict(flags)
+    env = benchmark_from_flags(_group(flags, "env."))
+    policy = policy_from_flags(_group(flags, "policy."))
+    eval_cfg = build(EvalConfig, _group(flags, "eval."), "eval.")
+    for key in list(flags):
+        if "." in key:
+            raise ConfigError(f"unknown flag --{key}; flag groups are --env.*, --policy.*, --eval.*")
+    if not flags.get("output_dir"):
+        flags["output_dir"] = default_output_dir(env.type_name, policy.type)
+    return build(RunConfig, flags, "", env=env, policy=policy, eval=eval_cfg)
+
+
+def config_from_dict(data: dict[str, Any]) -> RunConfig:
+    """Rebuild a RunConfig from the `config` section of run.json / eval_info.json."""
+
+    def flat(prefix: str, d: dict[str, Any]) -> dict[str, str]:
+        out = {}
+        for k, v in d.items():
+            if v is None:
+                continue
+            if isinstance(v, dict):
+                if k == "options":
+                    out.update({f"{prefix}{ok}": str(ov) for ok, ov in v.items()})
+                    continue
+                out.update(flat(f"{prefix}{k}.", v))
+            elif isinstance(v, list):
+                out[f"{prefix}{k}"] = ",".join(map(str, v))
+            else:
+                out[f"{prefix}{k}"] = str(v).lower() if isinstance(v, bool) else str(v)
+        return out
+
+    return config_from_flags(flat("", data))
+
+
+# -- help ---------------------------------------------------------------------------
+
+
+def _rows(rows: list[tuple[str, str, str]]) -> str:
+    out = []
+    for flag, kind, text in rows:
+        out.append(f"  {flag}  ({kind})")
+        out.extend(textwrap.wrap(text, width=88, initial_indent="      ", subsequent_indent="      "))
+    return "\n".join(out)
+
+
+def eval_help() -> str:
+    parts = [
+        "usage: rollbench eval --env.type=NAME [--env.FIELD=VALUE ...] --policy.type=TYPE [flags]",
+        "",
+        "Evaluate a policy on a benchmark. Results go to --output_dir: episodes/*.jsonl (one",
+        "durable line per finished episode), eval_info.json and run.json. Rerunning the same",
+        "command with the same --output_dir resumes.",
+        "",
+        "run:",
+        _rows([r for r in field_help(RunConfig, "") if r[0] not in ("--env", "--policy", "--eval")]),
+        "",
+        "eval:",
+        _rows(field_help(EvalConfig, "eval.")),
+        "",
+        "policy:",
+        _rows([r for r in field_help(PolicyConfig, "policy.") if r[0] != "--policy.options"]),
+        "  --policy.type  (" + "|".join(POLICIES.names()) + ")",
+        "      which policy adapter to use",
+        "",
+        "env (--env.type picks the benchmark; each takes its own fields):",
+        "  --env.type  (" + "|".join(BENCHMARKS.names()) + ")",
+    ]
+    for name in BENCHMARKS.names():
+        try:
+            cls = BENCHMARKS.get(name)
+        except Exception as err:  # a broken third-party plugin must not break --help
+            parts.append(f"\n  {name}: cannot load ({err})")
+            continue
+        doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+        parts += ["", f"  --env.type={name}: {doc}", _rows(field_help(cls, "env."))]
+    return "\n".join(parts)
+
+
+MERGE_HELP = """usage: rollbench merge DIR
+
+Rebuild DIR/eval_info.json from every episode log under DIR (DIR/episodes/*.jsonl and any
+*/episodes/*.jsonl below it, e.g. shards written on several machines). Aggregates are
+recomputed from the episodes; a unit logged twice counts once (conflicting duplicates are
+reported); missing units are listed and the result is marked partial (exit code 1)."""
+
+LIST_HELP = "usage: rollbench list\n\nShow the registered benchmarks, their tasks and groups, and the policy types."
+
+
+def main_help() -> str:
+    lines = [f"rollbench {__version__}: evaluate robot-learning policies in simulation", "", "usage: rollbench COMMAND [flags]", ""]
+    lines += [f"  {name:<6} {text}" for name, text in COMMANDS.items()]
+    lines += ["", "`rollbench COMMAND --help` documents every flag of COMMAND.", "", "exit codes: 0 done, 1 run failed, 2 bad usage or config, 130 interrupted"]
+    return "\n".join(lines)
+
+
+# -- commands -----------------------------------------------------------------------
+
+
+def cmd_eval(flags: dict[str, str]) -> int:
+    from rollbench.executors.local import run_eval
+    from rollbench.results.summary import table
+
+    cfg = config_from_flags(flags)
+    result = run_eval(cfg)
+    print(table(result.info))
+    status = result.info["status"]
+    print(f"\n{result.ran} episodes run ({result.mode} mode); {status} results in {os.path.join(cfg.output_dir, 'eval_info.json')}")
+    failed = result.info["overall"]["n_failed"]
+    if failed:
+        print(f"{failed} episodes failed (infrastructure errors, not counted in success rates); see eval_info.json 'per_task[].failed'")
+        return 1
+    return 0
+
+
+def cmd_merge(positional: list[str], flags: dict[str, str]) -> int:
+    from rollbench.results.merge_dir import merge_dir
+    from rollbench.results.summary import table
+
+    if len(positional) != 1:
+        raise ConfigError("rollbench merge takes one directory: rollbench merge DIR")
+    if flags:
+        raise ConfigError(f"unknown flag --{next(iter(flags))} for rollbench merge")
+    info, path = merge_dir(positional[0], config_from_dict)
+    print(table(info))
+    print(f"\nmerged into {path}: {info['status']}")
+    if info["status"] != "complete":
+        missing = info["missing_units"]
+        shown = ", ".join(f"{m['task_group']}/{m['task']}#{m['episode_index']}" for m in missing[:10])
+        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+        print(f"partial: {len(missing)} units missing ({shown}{more}); {info['overall']['n_failed']} failed", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_list() -> int:
+    print("benchmarks (--env.type):")
+    for name in BENCHMARKS.names():
+        try:
+            cls = BENCHMARKS.get(name)
+            cfg = cls()
+            cfg.check_available()
+            desc = (cls.__doc__ or "").strip().splitlines()[0]
+            print(f"  {name}: {desc}")
+            groups = _groups(cfg)
+            for group, tasks in groups.items():
+                print(f"    {group} ({len(tasks)}): {', '.join(tasks)}")
+        except RollbenchError as err:
+            print(f"  {name}: unavailable: {err}")
+    print("\npolicy types (--policy.type):")
+    for name in POLICIES.names():
+        print(f"  {name}")
+    return 0
+
+
+def _groups(cfg: BenchmarkConfig) -> dict[str, list[str]]:
+    describe = getattr(cfg, "list_groups", None)
+    if describe is not None:
+        return describe()  # type: ignore[no-any-return]
+    return cfg.tasks()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or any(a.startswith("--debug=") and a.split("=", 1)[1].lower() in ("true", "1") for a in argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
+    logging.getLogger().setLevel(logging.WARNING)
+    log.setLevel(logging.DEBUG if debug else logging.INFO)
+    try:
+        if not argv or argv[0] in ("-h", "--help", "help"):
+            print(main_help())
+            return 0 if argv else 2
+        if argv[0] == "--version":
+            print(f"rollbench {__version__}")
+            return 0
+        command, rest = argv[0], argv[1:]
+        if command not in COMMANDS:
+            import difflib
+
+            close = difflib.get_close_matches(command, list(COMMANDS), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown command {command!r}.{hint} Commands: {', '.join(COMMANDS)}")
+        load_plugins()
+        if "-h" in rest or "--help" in rest:
+            print({"eval": eval_help, "merge": lambda: MERGE_HELP, "list": lambda: LIST_HELP}[command]())
+            return 0
+        flags, positional = parse_flags(rest)
+        if command != "eval":
+            flags.pop("debug", None)
+        if command == "eval":
+            if positional:
+                raise ConfigError(f"unexpected argument {positional[0]!r}; flags look like --env.type=metaworld")
+            return cmd_eval(flags)
+        if command == "merge":
+            return cmd_merge(positional, flags)
+        if flags or positional:
+            raise ConfigError("rollbench list takes no arguments")
+        return cmd_list()
+    except RollbenchError as err:
+        if debug:
+            raise
+        print(f"rollbench: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("rollbench: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:
+        if debug:
+            raise
+        print(f"rollbench: unexpected error: {type(err).__name__}: {err} (rerun with --debug for the traceback)", file=sys.stderr)
+        return 1

@@ -1,0 +1,225 @@
+"""Benchmarks: registered config classes that own how their environments are made.
+
+`--env.type=<name>` picks a subclass of `BenchmarkConfig`; the remaining `--env.*` flags
+are its fields. A benchmark knows its tasks, how to build one task's env (lazily: nothing
+GPU- or GL-bound may be created in `__init__`, so nothing of that kind crosses a fork), how
+long an episode may run, how its observations map to LeRobot feature keys, and how to read
+success from an `info` dict. No factory anywhere branches on the type name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from rollbench.config.fields import opt
+from rollbench.errors import BenchmarkUnavailable, ConfigError
+from rollbench.registry import Registry
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+    from gymnasium.vector import VectorEnv
+
+BENCHMARKS: Registry[type[BenchmarkConfig]] = Registry("benchmark", "rollbench.benchmarks")
+
+# Built-in benchmarks, imported only when named (their simulators are heavy).
+for _name, _target in {
+    "metaworld": "rollbench.benchmarks.metaworld:MetaWorldConfig",
+    "pusht": "rollbench.benchmarks.pusht:PushTConfig",
+    "gym": "rollbench.benchmarks.gym:GymConfig",
+    "fake": "rollbench.benchmarks.fake:FakeConfig",
+}.items():
+    BENCHMARKS.add_lazy(_name, _target)
+
+
+def register_benchmark(name: str) -> Callable[[type[BenchmarkConfig]], type[BenchmarkConfig]]:
+    """Class decorator: make a `BenchmarkConfig` subclass selectable as `--env.type=name`."""
+
+    def deco(cls: type[BenchmarkConfig]) -> type[BenchmarkConfig]:
+        cls.type_name = name
+        return BENCHMARKS.register(name)(cls)
+
+    return deco
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One observation or action feature, in LeRobot's terms."""
+
+    type: str  # "STATE", "ENV", "VISUAL" or "ACTION"
+    shape: tuple[int, ...]
+
+
+ObsProcessor = Callable[[dict[str, Any]], dict[str, Any]]
+ActionProcessor = Callable[[np.ndarray], np.ndarray]
+
+
+def identity(x: Any) -> Any:
+    return x
+
+
+def success_from_info(info: Mapping[str, Any]) -> bool | None:
+    """Success as gymnasium-style envs report it, or None when the info says nothing."""
+    final = info.get("final_info")
+    if isinstance(final, Mapping):
+        found = success_from_info(final)
+        if found is not None:
+            return found
+    for key in ("is_success", "success"):
+        if key in info:
+            return bool(np.asarray(info[key]).any())
+    return None
+
+
+@dataclass(frozen=True)
+class BenchmarkConfig:
+    """Base of every benchmark. Subclasses are frozen dataclasses registered by name."""
+
+    type_name: ClassVar[str] = ""
+    #: pip extra that installs the simulator, for error messages
+    extra: ClassVar[str] = ""
+    #: frames per second of the simulation, for videos
+    fps: ClassVar[int] = 30
+
+    task: str = opt("", "task(s) to evaluate: one name, a comma list or a group")
+    episode_length: int | None = opt(
+        None, "maximum steps per episode (default: the benchmark's own limit)"
+    )
+
+    def __post_init__(self) -> None:
+        if self.episode_length is not None and self.episode_length < 1:
+            raise ConfigError(
+                f"--env.episode_length={self.episode_length} is not allowed; it must be >= 1"
+            )
+
+    # -- what a benchmark must define ------------------------------------------------
+    def tasks(self) -> dict[str, list[str]]:
+        """{suite (task group): [task name, ...]}; a task's `task_id` is its index."""
+        raise NotImplementedError
+
+    def make_task_env(self, task: str) -> gym.Env:
+        """One env of `task`. Must be cheap: defer the simulator to the first reset."""
+        raise NotImplementedError
+
+    def max_episode_steps(self, task: str) -> int:
+        raise NotImplementedError
+
+    # -- what a benchmark may refine -------------------------------------------------
+    @classmethod
+    def required_modules(cls) -> dict[str, str]:
+        """{importable module: pip requirement} that the simulator needs."""
+        return {}
+
+    def check_available(self) -> None:
+        """Raise BenchmarkUnavailable with the install line if a package is missing."""
+        missing = [req for mod, req in self.required_modules().items() if importlib.util.find_spec(mod) is None]
+        if missing:
+            extra = self.extra or self.type_name
+            raise BenchmarkUnavailable(
+                f"benchmark {self.type_name!r} needs {', '.join(missing)}; install it with "
+                f"`pip install 'rollbench[{extra}]'`."
+            )
+
+    def package_versions(self) -> dict[str, str]:
+        from importlib import metadata
+
+        out = {}
+        for req in self.required_modules().values():
+            name = req.split("=")[0].split("<")[0].split(">")[0].strip()
+            try:
+                out[name] = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                out[name] = "not installed"
+        return out
+
+    def task_description(self, task: str) -> str:
+        return task
+
+    def effective_max_steps(self, task: str) -> int:
+        return self.episode_length or self.max_episode_steps(task)
+
+    @property
+    def features(self) -> dict[str, Feature]:
+        """What the env produces, in LeRobot keys (plus "action")."""
+        return {}
+
+    @property
+    def features_map(self) -> dict[str, str]:
+        """Env observation key -> LeRobot key."""
+        return {
+            "agent_pos": "observation.state",
+            "environment_state": "observation.environment_state",
+            "pixels": "observation.image",
+        }
+
+    def to_features(self, obs: Any) -> dict[str, Any]:
+        """Rename an env observation (single or batched) to LeRobot keys.
+
+        Arrays stay numpy and images stay uint8 HWC: converting them for a network is the
+        policy adapter's job, so that cheap policies pay nothing for it.
+        """
+        if not isinstance(obs, Mapping):
+            return {"observation.state": obs}
+        mapping = self.features_map
+        out: dict[str, Any] = {}
+        for key, value in obs.items():
+            if key == "pixels" and isinstance(value, Mapping):
+                for cam, img in value.items():
+                    out[f"observation.images.{cam}"] = img
+            else:
+                out[mapping.get(key, f"observation.{key}")] = value
+        return out
+
+    def success(self, info: Mapping[str, Any]) -> bool:
+        """The benchmark's success rule for one step's `info`."""
+        return bool(success_from_info(info))
+
+    def expert(self, task: str) -> Callable[[dict[str, Any]], np.ndarray]:
+        """A scripted policy for `task`: features of one env -> one action."""
+        raise ConfigError(
+            f"--policy.type=expert: benchmark {self.type_name!r} has no scripted expert; "
+            f"benchmarks with one: metaworld, fake"
+        )
+
+    def get_env_processors(self) -> tuple[ObsProcessor, ActionProcessor]:
+        """(batch preprocessor, action postprocessor), applied around every policy call.
+
+        The preprocessor takes and returns the LeRobot-keyed batch; the postprocessor
+        takes and returns the (n, *action_shape) array. Identity by default.
+        """
+        return identity, identity
+
+    # -- vector envs (the lockstep path) ---------------------------------------------
+    def make_vector_env(self, task: str, n_envs: int, use_async_envs: bool) -> VectorEnv:
+        import gymnasium as gym
+
+        fns = [functools.partial(self.make_task_env, task) for _ in range(n_envs)]
+        if use_async_envs and n_envs > 1:
+            # forkserver: a GL context or torch threads in this process must not be forked
+            return gym.vector.AsyncVectorEnv(fns, context="forkserver")
+        return gym.vector.SyncVectorEnv(fns)
+
+    def create_envs(self, n_envs: int, use_async_envs: bool = True) -> dict[str, dict[int, VectorEnv]]:
+        """{suite: {task_id: vector env of n_envs}} for every task, as LeRobot's envs do.
+
+        Async by default for n_envs > 1, sync for 1. rollbench's own lockstep path builds
+        one task at a time through `make_vector_env` instead, so that a 50-task suite
+        never holds 50 pools of processes at once.
+        """
+        return {
+            suite: {i: self.make_vector_env(task, n_envs, use_async_envs) for i, task in enumerate(names)}
+            for suite, names in self.tasks().items()
+        }
+
+    def replace(self, **changes: Any) -> BenchmarkConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def split_tasks(spec: str) -> list[str]:
+    return [part.strip() for part in spec.split(",") if part.strip()]

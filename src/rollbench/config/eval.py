@@ -1,0 +1,50 @@
+"""How an evaluation runs: episodes, batching, mode, sharding, retries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rollbench.config.fields import opt
+from rollbench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    n_episodes: int = opt(50, "episodes per task")
+    batch_size: int | None = opt(
+        None,
+        "lockstep mode: envs stepped together per task (default min(50, n_episodes)); "
+        "continuous mode: upper bound on observations per policy call",
+    )
+    use_async_envs: bool = opt(False, "lockstep mode: step the batch's envs in subprocesses")
+    mode: Literal["auto", "continuous", "lockstep"] = opt(
+        "auto",
+        "continuous: slots reset into the next episode at once (needs per-slot policy state); "
+        "lockstep: lerobot-eval's batches; auto: continuous when the policy allows it",
+    )
+    shard_id: int = opt(0, "which shard of the plan this process runs (0-based)")
+    num_shards: int = opt(1, "how many shards the plan is split into")
+    max_retries: int = opt(2, "times a unit is retried after its worker crashed or hung")
+    step_timeout_s: float = opt(120.0, "a step (or reset) taking longer than this counts as a hang")
+
+    def __post_init__(self) -> None:
+        if self.n_episodes < 1:
+            raise ConfigError(f"--eval.n_episodes={self.n_episodes} is not allowed; it must be >= 1")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ConfigError(f"--eval.batch_size={self.batch_size} is not allowed; it must be >= 1")
+        if self.num_shards < 1:
+            raise ConfigError(f"--eval.num_shards={self.num_shards} is not allowed; it must be >= 1")
+        if not 0 <= self.shard_id < self.num_shards:
+            raise ConfigError(
+                f"--eval.shard_id={self.shard_id} is not allowed with --eval.num_shards="
+                f"{self.num_shards}; it must be in 0..{self.num_shards - 1}"
+            )
+        if self.max_retries < 0:
+            raise ConfigError(f"--eval.max_retries={self.max_retries} is not allowed; it must be >= 0")
+        if not self.step_timeout_s > 0:
+            raise ConfigError(f"--eval.step_timeout_s={self.step_timeout_s} is not allowed; it must be > 0")
+
+    @property
+    def lockstep_batch_size(self) -> int:
+        return min(self.batch_size or 50, self.n_episodes)

@@ -1,0 +1,28 @@
+"""Which policy to evaluate and where it runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rollbench.config.fields import opt
+from rollbench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    type: str = opt("", "policy type (see `rollbench list`); a LeRobot checkpoint dir in --policy.path implies lerobot")
+    path: str | None = opt(None, "module policy: pkg.mod:factory; lerobot: checkpoint directory")
+    device: str = opt("cpu", "device for torch policies: cpu, cuda, cuda:N, mps")
+    use_amp: bool = opt(False, "run torch policies under autocast")
+    placement: Literal["auto", "worker", "driver"] = opt(
+        "auto",
+        "worker: cheap CPU policies run inside each env worker (no round trip per step); "
+        "driver: one batched policy in the main process; auto: worker when the policy is cheap",
+    )
+    #: other --policy.<field>=value flags, passed to the adapter (e.g. n_action_steps)
+    options: dict[str, str] = field(default_factory=dict, metadata={"help": "other --policy.<field> flags"})
+
+    def __post_init__(self) -> None:
+        if not self.type:
+            raise ConfigError("--policy.type is required (e.g. expert, random, module); see `rollbench list`")

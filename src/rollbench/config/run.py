@@ -1,0 +1,52 @@
+"""The whole configuration of one `rollbench eval` run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rollbench.config.env import BenchmarkConfig
+from rollbench.config.eval import EvalConfig
+from rollbench.config.fields import opt, to_dict
+from rollbench.config.policy import PolicyConfig
+from rollbench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    env: BenchmarkConfig
+    policy: PolicyConfig
+    eval: EvalConfig
+    seed: int = opt(1000, "episode i of every task gets seed `seed + i`")
+    output_dir: str = opt("", "where results go (default outputs/eval/<date>/<time>_<env>_<policy>)")
+    resume: bool = opt(True, "continue the run already in output_dir (false: start over)")
+    workers: int | None = opt(None, "continuous mode: env worker processes (default: CPU cores)")
+    slots_per_worker: int | None = opt(None, "continuous mode: env slots per worker (default: from step cost)")
+    render_device: Literal["auto", "gpu", "cpu"] = opt(
+        "auto", "MuJoCo rendering: gpu=EGL, cpu=OSMesa, auto=EGL when a GPU is visible"
+    )
+    launch: Literal["none", "local"] = opt(
+        "none", "local: start --eval.num_shards shard processes on this machine and merge"
+    )
+    debug: bool = opt(False, "print tracebacks for errors")
+
+    def __post_init__(self) -> None:
+        if self.workers is not None and self.workers < 1:
+            raise ConfigError(f"--workers={self.workers} is not allowed; it must be >= 1")
+        if self.slots_per_worker is not None and self.slots_per_worker < 1:
+            raise ConfigError(f"--slots_per_worker={self.slots_per_worker} is not allowed; it must be >= 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    def identity(self) -> dict[str, Any]:
+        """What decides per-episode results: two runs with equal identities may share a log."""
+        policy = to_dict(self.policy)
+        for key in ("placement",):
+            policy.pop(key, None)
+        return {
+            "env": to_dict(self.env),
+            "policy": policy,
+            "seed": self.seed,
+            "n_episodes": self.eval.n_episodes,
+        }

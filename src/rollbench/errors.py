@@ -1,0 +1,44 @@
+"""One root for every error rollbench raises on purpose.
+
+The CLI prints a `RollbenchError` as one line (no traceback unless `--debug`) and maps it
+to an exit code: usage and configuration problems exit 2, failures during a run exit 1.
+"""
+
+from __future__ import annotations
+
+
+class RollbenchError(Exception):
+    """Base of every error rollbench raises for the user to read."""
+
+    exit_code = 1
+
+
+class ConfigError(RollbenchError, ValueError):
+    """A flag, file or value is not acceptable; the message names it and what is allowed."""
+
+    exit_code = 2
+
+
+class UnknownNameError(ConfigError, KeyError):
+    """A registry lookup missed (unknown benchmark, task, policy type)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class BenchmarkUnavailable(ConfigError):
+    """The benchmark's simulator package is not installed."""
+
+
+class PolicyError(RollbenchError):
+    """A policy misbehaved during a run (wrong action shape, NaN actions, raised)."""
+
+
+class WorkerError(RollbenchError):
+    """A worker process failed; carries the remote traceback, the worker and the unit."""
+
+
+class RunInterrupted(RollbenchError):
+    """The user stopped the run (Ctrl-C); finished episodes are in the log."""
+
+    exit_code = 130

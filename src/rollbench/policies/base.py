@@ -1,0 +1,98 @@
+"""The policy protocol at rollbench's seam, in numpy.
+
+    reset(slots, episodes)              # new episodes start in these slots
+    act(batch, slots) -> actions        # batch: dict of arrays, leading dim = len(slots)
+
+A *slot* is a stable integer naming one running episode's place; state that belongs to an
+episode (an RNG, an action queue, a scripted expert's phase) is kept per slot by the
+adapter. `reset` tells the policy which episode (task, seed, description) now occupies
+each slot. `batch` holds LeRobot keys (`observation.state`, `observation.image`, ...)
+plus `task`: the task description of each row, as a list of strings.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from rollbench.config.env import BenchmarkConfig
+from rollbench.config.policy import PolicyConfig
+from rollbench.errors import PolicyError
+from rollbench.registry import Registry
+
+
+@dataclass(frozen=True)
+class EpisodeStart:
+    """What a policy learns about the episode starting in a slot."""
+
+    suite: str
+    task: str
+    description: str
+    episode_index: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What an adapter may know of the benchmark when it is built."""
+
+    config: PolicyConfig
+    benchmark: BenchmarkConfig
+    action_space: Any  # gymnasium space of one env
+
+
+class Policy(abc.ABC):
+    """Base class of the adapters; third-party policies may simply duck-type it."""
+
+    #: the adapter keeps all episode state per slot, so slots may restart independently
+    per_slot_state: ClassVar[bool] = True
+    #: cheap on a CPU: may run inside each env worker (`--policy.placement=auto`)
+    cheap: ClassVar[bool] = False
+
+    def reset(self, slots: Sequence[int], episodes: Sequence[EpisodeStart]) -> None:  # noqa: B027
+        """New episodes start in `slots`."""
+
+    @abc.abstractmethod
+    def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
+        """One action per row of `batch`."""
+
+    def close(self) -> None:  # noqa: B027
+        """Free what the policy holds."""
+
+
+POLICIES: Registry[Any] = Registry("policy type", "rollbench.policies")
+for _name, _target in {
+    "expert": "rollbench.policies.expert:ExpertPolicy",
+    "random": "rollbench.policies.random:RandomPolicy",
+    "module": "rollbench.policies.module:load_module_policy",
+}.items():
+    POLICIES.add_lazy(_name, _target)
+
+
+def make_policy(ctx: PolicyContext) -> Policy:
+    """Build the policy named by `ctx.config.type` (a class or factory taking the context)."""
+    factory = POLICIES.get(ctx.config.type)
+    return factory(ctx)  # type: ignore[no-any-return]
+
+
+def check_actions(actions: Any, n: int, action_space: Any, who: str) -> np.ndarray:
+    """Validate a policy's output for `n` rows; raise PolicyError saying what is wrong."""
+    import gymnasium as gym
+
+    arr = np.asarray(actions)
+    if isinstance(action_space, gym.spaces.Discrete):
+        expected: tuple[int, ...] = (n,)
+    else:
+        expected = (n, *action_space.shape)
+    if arr.shape != expected:
+        raise PolicyError(
+            f"policy {who} returned actions of shape {arr.shape} for {n} envs; expected {expected}"
+        )
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        bad = int((~np.isfinite(arr)).any(axis=tuple(range(1, arr.ndim))).sum()) if arr.ndim > 1 else int((~np.isfinite(arr)).sum())
+        raise PolicyError(f"policy {who} returned NaN or infinite actions for {bad} of {n} envs")
+    return arr

@@ -1,0 +1,72 @@
+"""A policy from user code: `--policy.path=pkg.mod:factory`.
+
+`factory(ctx)` (or `factory()` if it takes no argument) returns an object with `act(batch,
+slots)` and optionally `reset(slots, episodes)`; a plain callable `act` is not enough on
+its own because rollbench must know whether the policy keeps per-slot state: set
+`per_slot_state = False` on the object to ask for lockstep mode.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rollbench.errors import ConfigError
+from rollbench.policies.base import EpisodeStart, Policy, PolicyContext
+
+
+class ModulePolicy(Policy):
+    """Wraps a user object, forwarding the protocol and its flags."""
+
+    def __init__(self, inner: Any, name: str) -> None:
+        self.inner = inner
+        self.name = name
+        self.per_slot_state = bool(getattr(inner, "per_slot_state", True))  # type: ignore[misc]
+        self.cheap = bool(getattr(inner, "cheap", False))  # type: ignore[misc]
+
+    def reset(self, slots: Sequence[int], episodes: Sequence[EpisodeStart]) -> None:
+        reset = getattr(self.inner, "reset", None)
+        if reset is not None:
+            reset(slots, episodes)
+
+    def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
+        return np.asarray(self.inner.act(batch, slots))
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+
+
+def resolve(path: str | None) -> Any:
+    """Import `pkg.mod:attr`, with errors that name the flag."""
+    if not path or ":" not in path:
+        raise ConfigError(f"--policy.path={path!r} is not allowed for --policy.type=module; expected pkg.mod:factory")
+    module_name, attr = path.split(":", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # any import-time failure is the user's module's
+        raise ConfigError(f"--policy.path={path!r}: cannot import {module_name!r} ({type(err).__name__}: {err})") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ConfigError(f"--policy.path={path!r}: module {module_name!r} has no attribute {attr!r}") from None
+
+
+def load_module_policy(ctx: PolicyContext) -> Policy:
+    path = ctx.config.path
+    factory = resolve(path)
+    if not callable(factory):
+        raise ConfigError(f"--policy.path={path!r} is not callable; expected a factory returning a policy")
+    try:
+        takes_ctx = len(inspect.signature(factory).parameters) > 0
+    except (TypeError, ValueError):
+        takes_ctx = True
+    inner = factory(ctx) if takes_ctx else factory()
+    if not callable(getattr(inner, "act", None)):
+        raise ConfigError(f"--policy.path={path!r}: the factory returned {type(inner).__name__}, which has no act(batch, slots)")
+    return ModulePolicy(inner, path or "")

@@ -1,0 +1,75 @@
+"""A small name -> class registry with helpful misses and lazy entry points."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Iterator
+from importlib import metadata
+from typing import Generic, TypeVar
+
+from rollbench.errors import ConfigError, UnknownNameError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Maps names to plugin classes.
+
+    Built-ins register with the `register` decorator when their module is imported; the
+    modules themselves are listed lazily (`"name": "module:attr"`) so that nothing heavy
+    is imported before a plugin is used. Third-party plugins come from an entry-point group.
+    """
+
+    def __init__(self, kind: str, entry_point_group: str | None = None) -> None:
+        self.kind = kind
+        self._entries: dict[str, T] = {}
+        self._lazy: dict[str, str] = {}
+        self._entry_point_group = entry_point_group
+        self._entry_points_loaded = False
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def deco(obj: T) -> T:
+            if name in self._entries and self._entries[name] is not obj:
+                raise ConfigError(f"{self.kind} {name!r} is registered twice")
+            self._entries[name] = obj
+            return obj
+
+        return deco
+
+    def add_lazy(self, name: str, target: str) -> None:
+        """Declare that `name` is registered by importing `target` ("module:attr")."""
+        self._lazy[name] = target
+
+    def _load_entry_points(self) -> None:
+        if self._entry_points_loaded or self._entry_point_group is None:
+            return
+        self._entry_points_loaded = True
+        for ep in metadata.entry_points(group=self._entry_point_group):
+            if ep.name not in self._entries and ep.name not in self._lazy:
+                self._lazy[ep.name] = ep.value
+
+    def names(self) -> list[str]:
+        self._load_entry_points()
+        return sorted(set(self._entries) | set(self._lazy))
+
+    def get(self, name: str) -> T:
+        if name in self._entries:
+            return self._entries[name]
+        self._load_entry_points()
+        if name in self._lazy:
+            module_name, _, attr = self._lazy[name].partition(":")
+            module = importlib.import_module(module_name)
+            if name not in self._entries and attr:
+                self._entries[name] = getattr(module, attr)
+            if name in self._entries:
+                return self._entries[name]
+        known = self.names()
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise UnknownNameError(
+            f"no {self.kind} named {name!r}.{hint} Known: {', '.join(known)}."
+        ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())

@@ -1,0 +1,71 @@
+"""The output directory: its run manifest (for resume checks) and its eval_info.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from rollbench.errors import ConfigError
+from rollbench.results.log import EPISODES_DIR
+
+MANIFEST = "run.json"
+EVAL_INFO = "eval_info.json"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, allow_nan=False)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new)):
+            out += _diff(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else key)
+        return out
+    return [] if old == new else [f"{prefix}: {old!r} in the log, {new!r} now"]
+
+
+def prepare(output_dir: Path, identity: dict[str, Any], config: dict[str, Any], resume: bool) -> bool:
+    """Make `output_dir` ready; True when it continues an earlier run.
+
+    A directory that holds a run with a different identity (benchmark, tasks, policy,
+    seed, episodes) is refused with the differences listed, unless resume is off, in which
+    case the old episodes are set aside (renamed, never deleted) and the run starts over.
+    """
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe = output_dir / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(f"--output_dir={str(output_dir)!r} is not writable ({err.strerror})") from None
+    manifest = output_dir / MANIFEST
+    episodes = output_dir / EPISODES_DIR
+    continuing = False
+    if manifest.exists() and resume:
+        try:
+            old = json.loads(manifest.read_text())["identity"]
+        except (OSError, ValueError, KeyError) as err:
+            raise ConfigError(f"--output_dir={str(output_dir)!r}: cannot read {MANIFEST} ({err}); use a fresh directory or --resume=false") from None
+        diffs = _diff(old, identity)
+        if diffs:
+            raise ConfigError(
+                f"--output_dir={str(output_dir)!r} holds a different run; refusing to mix results ("
+                + "; ".join(diffs)
+                + "). Use another --output_dir, or --resume=false to start over."
+            )
+        continuing = True
+    elif not resume and episodes.exists():
+        episodes.rename(output_dir / f".episodes-discarded-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    if not continuing or not manifest.exists():
+        write_json_atomic(manifest, {"identity": identity, "config": config})
+    return continuing

@@ -1,0 +1,182 @@
+"""Aggregates and `eval_info.json`, always derived from the merged episode records.
+
+Keys and meaning follow LeRobot's `eval_info.json` (`per_task`, `per_group`, `overall`,
+`avg_sum_reward`, `avg_max_reward`, `pc_success`, `n_episodes`, `eval_s`, `eval_ep_s`), plus
+ours: `n_success`, `pc_success_ci95` (Wilson score interval, percent), `n_failed`,
+`avg_episode_length`, `status`. Episodes that failed for infrastructure reasons (a crashed
+or hung worker, after retries) are not policy failures: they are left out of the rates and
+counted in `n_failed`. The JSON never holds NaN or Infinity: undefined values are null.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from rollbench.plan import EpisodeUnit
+from rollbench.results.merge import Merged
+from rollbench.results.records import EpisodeRecord
+
+Z95 = 1.959963984540054
+
+
+def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float] | None:
+    """Wilson score interval for k successes in n trials, as fractions."""
+    if n == 0:
+        return None
+    p = k / n
+    denom = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, center - half), min(1.0, center + half)
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def aggregate(records: Sequence[EpisodeRecord], n_failed: int = 0) -> dict[str, Any]:
+    ok = [r for r in records if r.ok]
+    n = len(ok)
+    k = sum(r.success for r in ok)
+    ci = wilson(k, n)
+    return {
+        "avg_sum_reward": _mean([r.sum_reward for r in ok]),
+        "avg_max_reward": _mean([r.max_reward for r in ok]),
+        "pc_success": 100.0 * k / n if n else None,
+        "n_episodes": n,
+        "n_success": k,
+        "pc_success_ci95": [100.0 * ci[0], 100.0 * ci[1]] if ci else None,
+        "n_failed": n_failed,
+        "avg_episode_length": _mean([float(r.n_steps) for r in ok]),
+    }
+
+
+def busy_seconds(records: Sequence[EpisodeRecord]) -> float:
+    """Wall time the run spent, from the log: the union of each writer's active span."""
+    spans: dict[str, list[float]] = {}
+    for r in records:
+        if not r.finished_at:
+            continue
+        start = r.finished_at - r.wall_s
+        lo_hi = spans.setdefault(r.writer, [start, r.finished_at])
+        lo_hi[0] = min(lo_hi[0], start)
+        lo_hi[1] = max(lo_hi[1], r.finished_at)
+    total, end = 0.0, -math.inf
+    for lo, hi in sorted(spans.values()):
+        if hi <= end:
+            continue
+        total += hi - max(lo, end)
+        end = hi
+    return total
+
+
+def eval_info(merged: Merged, descriptions: dict[str, str] | None = None) -> dict[str, Any]:
+    """The `eval_info.json` body (without config and versions)."""
+    descriptions = descriptions or {}
+    by_task: dict[tuple[str, int], list[EpisodeUnit]] = defaultdict(list)
+    for unit in merged.plan:
+        by_task[(unit.suite, unit.task_id)].append(unit)
+
+    per_task = []
+    group_records: dict[str, list[EpisodeRecord]] = defaultdict(list)
+    group_failed: dict[str, int] = defaultdict(int)
+    for (suite, task_id), units in by_task.items():
+        recs = [merged.records[u.key] for u in units if u.key in merged.records]
+        ok = [r for r in recs if r.ok]
+        failed = [r for r in recs if not r.ok]
+        group_records[suite].extend(ok)
+        group_failed[suite] += len(failed)
+        per_task.append(
+            {
+                "task_group": suite,
+                "task_id": task_id,
+                "task": units[0].task,
+                "description": descriptions.get(units[0].task, units[0].task),
+                "metrics": {
+                    "sum_rewards": [r.sum_reward for r in ok],
+                    "max_rewards": [r.max_reward for r in ok],
+                    "successes": [r.success for r in ok],
+                    "video_paths": [],
+                    "seeds": [r.seed for r in ok],
+                    "episode_ix": [r.episode_index for r in ok],
+                    "n_steps": [r.n_steps for r in ok],
+                },
+                "summary": aggregate(ok, len(failed)),
+                "failed": [{"episode_index": r.episode_index, "seed": r.seed, "error": r.error} for r in failed],
+            }
+        )
+    per_group = {
+        g: {**aggregate(recs, group_failed[g]), "video_paths": []} for g, recs in group_records.items()
+    }
+    all_ok = [r for recs in group_records.values() for r in recs]
+    eval_s = busy_seconds(list(merged.records.values()))
+    overall = {
+        **aggregate(all_ok, len(merged.failed)),
+        "eval_s": eval_s,
+        "eval_ep_s": eval_s / max(1, len(all_ok)),
+        "video_paths": [],
+    }
+    return {
+        "status": "complete" if merged.complete else "partial",
+        "per_task": per_task,
+        "per_group": per_group,
+        "overall": overall,
+        "n_planned": len(merged.plan),
+        "missing_units": [
+            {"task_group": u.suite, "task_id": u.task_id, "task": u.task, "episode_index": u.episode_index}
+            for u in merged.missing
+        ],
+        "duplicates_ignored": merged.duplicates,
+        "conflicts": [
+            {
+                "task_group": a.task_group, "task_id": a.task_id, "episode_index": a.episode_index,
+                "kept": {"writer": a.writer, "outcome": list(a.outcome())},
+                "other": {"writer": b.writer, "outcome": list(b.outcome())},
+            }
+            for a, b in merged.conflicts
+        ],
+    }
+
+
+def _fmt_pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def table(info: dict[str, Any]) -> str:
+    """A plain-text summary table: task, episodes, success %, 95% CI, mean length."""
+    rows = [("task", "episodes", "success %", "95% CI", "mean length", "failed")]
+
+    def row(name: str, s: dict[str, Any]) -> tuple[str, ...]:
+        ci = s["pc_success_ci95"]
+        length = s["avg_episode_length"]
+        return (
+            name,
+            str(s["n_episodes"]),
+            _fmt_pct(s["pc_success"]),
+            "-" if ci is None else f"[{ci[0]:.1f}, {ci[1]:.1f}]",
+            "-" if length is None else f"{length:.1f}",
+            str(s["n_failed"]),
+        )
+
+    groups = {t["task_group"] for t in info["per_task"]}
+    for t in info["per_task"]:
+        name = t["task"] if len(groups) == 1 or t["task"] == t["task_group"] else f"{t['task_group']}/{t['task']}"
+        rows.append(row(name, t["summary"]))
+    if len(info["per_task"]) > 1:
+        if len(groups) > 1:
+            for g, s in info["per_group"].items():
+                rows.append(row(f"[{g}]", s))
+        rows.append(row("overall", info["overall"]))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for j, r in enumerate(rows):
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
+        if j == 0 or (r[0] == "overall"):
+            pass
+    lines.insert(1, "-" * len(lines[0]))
+    if len(rows) > 2 and rows[-1][0] == "overall":
+        lines.insert(len(lines) - 1, "-" * len(lines[0]))
+    return "\n".join(lines)

@@ -1,0 +1,74 @@
+"""Per-slot episode bookkeeping: small, pure, shared by every scheduling mode.
+
+An episode ends at termination, truncation or the benchmark's step limit; its success is
+"succeeded at any step" (LeRobot's `any` over the episode, ManiSkill's `success_once`).
+`n_steps` counts every env step taken, the last included.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rollbench.plan import EpisodeUnit
+from rollbench.results.records import EpisodeRecord
+
+
+@dataclass
+class EpisodeTracker:
+    unit: EpisodeUnit
+    max_steps: int
+    success_rule: Callable[[Mapping[str, Any]], bool]
+    n_steps: int = 0
+    sum_reward: float = 0.0
+    max_reward: float = -math.inf
+    success: bool = False
+    started: float = field(default_factory=time.monotonic)
+
+    def update(self, reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any]) -> bool:
+        """Account one step; True when the episode has ended."""
+        self.n_steps += 1
+        reward = float(reward)
+        self.sum_reward += reward
+        self.max_reward = max(self.max_reward, reward)
+        if self.success_rule(info):
+            self.success = True
+        return bool(terminated or truncated or self.n_steps >= self.max_steps)
+
+    def record(self, worker: str, attempt: int = 0) -> EpisodeRecord:
+        return EpisodeRecord.from_unit(
+            self.unit,
+            success=self.success,
+            sum_reward=self.sum_reward,
+            max_reward=self.max_reward if self.n_steps else 0.0,
+            n_steps=self.n_steps,
+            wall_s=time.monotonic() - self.started,
+            worker=worker,
+            attempt=attempt,
+            finished_at=time.time(),
+        )
+
+
+def split_vector_info(info: Mapping[str, Any], n: int) -> list[dict[str, Any]]:
+    """Per-env info dicts from a gymnasium vector env's info (arrays + `_key` masks)."""
+    out: list[dict[str, Any]] = [{} for _ in range(n)]
+    for key, value in info.items():
+        if key.startswith("_"):
+            continue
+        mask = info.get(f"_{key}")
+        if isinstance(value, Mapping):
+            for i, sub in enumerate(split_vector_info(value, n)):
+                if mask is None or mask[i]:
+                    out[i][key] = sub
+            continue
+        arr = value if isinstance(value, np.ndarray | list | tuple) else None
+        for i in range(n):
+            if mask is not None and not mask[i]:
+                continue
+            out[i][key] = arr[i] if arr is not None and len(arr) == n else value
+    return out

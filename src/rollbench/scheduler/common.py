@@ -1,0 +1,56 @@
+"""What every scheduling mode shares: the run's benchmark, policy and step rules."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from rollbench.config.env import BenchmarkConfig
+from rollbench.config.policy import PolicyConfig
+from rollbench.plan import EpisodeUnit
+from rollbench.policies.base import EpisodeStart, Policy, PolicyContext, check_actions, make_policy
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """Everything needed to turn observations into actions and account the results."""
+
+    benchmark: BenchmarkConfig
+    policy_config: PolicyConfig
+
+    @cached_property
+    def action_space(self) -> Any:
+        first = next(task for names in self.benchmark.tasks().values() for task in names)
+        env = self.benchmark.make_task_env(first)
+        try:
+            return env.action_space
+        finally:
+            env.close()
+
+    def make_policy(self) -> Policy:
+        return make_policy(PolicyContext(self.policy_config, self.benchmark, self.action_space))
+
+    def episode_start(self, unit: EpisodeUnit) -> EpisodeStart:
+        return EpisodeStart(
+            suite=unit.suite,
+            task=unit.task,
+            description=self.benchmark.task_description(unit.task),
+            episode_index=unit.episode_index,
+            seed=unit.seed,
+        )
+
+    def policy_name(self) -> str:
+        cfg = self.policy_config
+        return f"{cfg.type!r}" + (f" ({cfg.path})" if cfg.path else "")
+
+    def act(self, policy: Policy, obs: Any, slots: Sequence[int], descriptions: Sequence[str]) -> np.ndarray:
+        """Observations (as the env returned them, batched) -> validated env actions."""
+        pre, post = self.benchmark.get_env_processors()
+        batch: dict[str, Any] = pre(self.benchmark.to_features(obs))
+        batch["task"] = list(descriptions)
+        actions = post(np.asarray(policy.act(batch, slots)))
+        return check_actions(actions, len(slots), self.action_space, self.policy_name())
