@@ -213,6 +213,10 @@ def cmd_eval(flags: dict[str, str]) -> int:
     from rollbench.results.summary import table
 
     cfg = config_from_flags(flags)
+    if cfg.launch == "local":
+        from rollbench.executors.shards import launch_local
+
+        return launch_local(cfg, flags)
     result = run_eval(cfg)
     print(table(result.info))
     status = result.info["status"]

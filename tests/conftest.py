@@ -1,0 +1,70 @@
+"""Shared helpers: run the real CLI (in-process or as a subprocess) and read results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollbench.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+
+
+@dataclass
+class CliResult:
+    rc: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]):
+    """Run `rollbench ARGS` in this process; returns CliResult(rc, stdout, stderr)."""
+
+    def run(*args: str) -> CliResult:
+        rc = main(list(args))
+        captured = capsys.readouterr()
+        return CliResult(rc, captured.out, captured.err)
+
+    return run
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.update(extra)
+    return env
+
+
+def run_subprocess(*args: str, timeout: float = 300, **env: str) -> CliResult:
+    """Run `python -m rollbench ARGS` as a real process (tests/ on PYTHONPATH for plugins)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "rollbench", *args],
+        capture_output=True, text=True, timeout=timeout, env=subprocess_env(**env), cwd=REPO,
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def load_info(output_dir: str | Path) -> dict[str, Any]:
+    return json.loads((Path(output_dir) / "eval_info.json").read_text())
+
+
+def per_episode(output_dir: str | Path) -> dict[tuple[str, int, int], tuple[Any, ...]]:
+    """(task_group, task_id, episode_index) -> (success, sum_reward, max_reward, n_steps, seed)."""
+    info = load_info(output_dir)
+    out = {}
+    for task in info["per_task"]:
+        m = task["metrics"]
+        for i, ep in enumerate(m["episode_ix"]):
+            out[(task["task_group"], task["task_id"], ep)] = (
+                m["successes"][i], m["sum_rewards"][i], m["max_rewards"][i], m["n_steps"][i], m["seeds"][i],
+            )
+    return out
