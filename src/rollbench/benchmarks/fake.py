@@ -8,6 +8,7 @@ batching and scheduling bugs visible in exact per-episode comparisons.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,9 +31,10 @@ class CountdownEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
-    def __init__(self, scale: float, max_steps: int) -> None:
+    def __init__(self, scale: float, max_steps: int, step_sleep_s: float = 0.0) -> None:
         self.scale = scale
         self.max_steps = max_steps
+        self.step_sleep_s = step_sleep_s
         self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
         self.observation_space = gym.spaces.Dict(
             {
@@ -55,6 +57,8 @@ class CountdownEnv(gym.Env):
         return self._obs(), {"is_success": False}
 
     def step(self, action: np.ndarray) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        if self.step_sleep_s:
+            time.sleep(self.step_sleep_s)
         action = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
         self._pos = self._pos + SPEED * action
         self._t += 1
@@ -75,9 +79,14 @@ class FakeConfig(BenchmarkConfig):
 
     task: str = opt("all", "near, mid, far, a comma list, or the group `all`")
     max_steps: int = opt(20, "step limit of the env itself (truncation)")
+    step_sleep_s: float = opt(
+        0.0, "seconds every step sleeps: a slow simulator, for tests that kill or interrupt a run (results unchanged)"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.step_sleep_s < 0:
+            raise ConfigError(f"--env.step_sleep_s={self.step_sleep_s} is not allowed; it must be >= 0")
         for name in split_tasks(self.task):
             if name not in TASKS and name not in GROUPS:
                 raise ConfigError(
@@ -88,13 +97,17 @@ class FakeConfig(BenchmarkConfig):
         return {name: GROUPS.get(name, [name]) for name in split_tasks(self.task)}
 
     def make_task_env(self, task: str) -> gym.Env:
-        return CountdownEnv(TASKS[task], self.max_steps)
+        return CountdownEnv(TASKS[task], self.max_steps, self.step_sleep_s)
 
     def max_episode_steps(self, task: str) -> int:
         return self.max_steps
 
     def task_description(self, task: str) -> str:
         return f"reach a {task} target"
+
+    @property
+    def step_cost_ms(self) -> float:
+        return 0.02
 
     @property
     def features(self) -> dict[str, Feature]:

@@ -7,6 +7,7 @@ package on demand; a missing package fails with its name.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -19,6 +20,7 @@ from rollbench.errors import BenchmarkUnavailable, ConfigError
 def _import_for(env_id: str, package: str | None) -> str:
     """Import what registers `env_id`; return the id without a `module:` prefix."""
     module = package
+    given = env_id
     if ":" in env_id:
         module, env_id = env_id.split(":", 1)
     elif "/" in env_id and module is None:
@@ -31,7 +33,7 @@ def _import_for(env_id: str, package: str | None) -> str:
                 # a namespace need not be a module (e.g. ALE's envs): let the registry decide
                 return env_id
             raise BenchmarkUnavailable(
-                f"--env.task={env_id!r} needs the Python package {err.name!r}; install it with `pip install {err.name}`"
+                f"--env.task={given!r} needs the Python package {err.name!r}; install it with `pip install {err.name}`"
             ) from None
     return env_id
 
@@ -61,6 +63,13 @@ class GymConfig(BenchmarkConfig):
 
             close = difflib.get_close_matches(env_id, list(gym.registry), n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
+            namespace = env_id.split("/", 1)[0] if "/" in env_id else None
+            if namespace and self.package is None and importlib.util.find_spec(namespace) is None:
+                # the namespace usually names the package that registers the id (gym_pusht/PushT-v0)
+                hint = (
+                    f" Its namespace {namespace!r} is not an installed Python package; install the package "
+                    f"that registers it (e.g. `pip install {namespace}`) or name it with --env.package.{hint}"
+                )
             raise ConfigError(f"--env.task={task!r} is not a registered gymnasium env.{hint}") from None
 
     def validate_tasks(self) -> None:

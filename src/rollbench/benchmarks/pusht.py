@@ -56,6 +56,10 @@ class PushTConfig(BenchmarkConfig):
     def max_episode_steps(self, task: str) -> int:
         return EPISODE_LENGTH
 
+    @property
+    def step_cost_ms(self) -> float:
+        return 5.0  # pymunk + pygame rendering, measured here ~5 ms
+
     def task_description(self, task: str) -> str:
         return "Push the T-shaped block onto the T-shaped target."
 

@@ -141,6 +141,11 @@ class BenchmarkConfig:
     def task_description(self, task: str) -> str:
         return task
 
+    @property
+    def step_cost_ms(self) -> float:
+        """Rough cost of one env step (with rendering) on one CPU core; sizes slots per worker."""
+        return 1.0
+
     def effective_max_steps(self, task: str) -> int:
         return self.episode_length or self.max_episode_steps(task)
 

@@ -1,9 +1,375 @@
-"""Local shard launcher: `--eval.num_shards=N --launch=local` (being built)."""
+"""Local shard launcher: `--eval.num_shards=N --launch=local`.
+
+The parent writes `run.json` first (so every child agrees on the run, and `--resume=false`
+is applied once, not by each child), then starts N children
+
+    python -m rollbench eval <same flags> --eval.shard_id=K --launch=none
+
+into the same output_dir. Each child resumes on its own from the episode logs, writes its
+own `episodes/<writer>.jsonl`, and sends its stdout/stderr to `logs/shard-K.log`. The
+parent only watches: it tails the episode logs for one combined progress line, stops the
+children on Ctrl-C, and at the end merges every log into `eval_info.json`, exactly as
+`rollbench merge DIR` would.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
+import json
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
 from rollbench.config.run import RunConfig
+from rollbench.errors import ConfigError, RunInterrupted
+from rollbench.plan import EpisodeUnit, UnitKey
+from rollbench.progress import Progress
+from rollbench.results.log import log_files, read_records
+from rollbench.results.merge import merge
+from rollbench.results.records import EpisodeRecord
+from rollbench.results.store import EVAL_INFO, prepare
+
+log = logging.getLogger(__name__)
+
+LOGS_DIR = "logs"
+POLL_S = 1.0
+STOP_GRACE_S = 10.0
+TAIL_LINES = 15
+# flags the launcher sets per child; the user's values are replaced
+_CHILD_FLAGS = ("eval.shard_id", "launch", "output_dir", "resume")
+
+
+# -- where each child renders ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    free_mib: int | None
+
+
+def parse_nvidia_smi(text: str) -> list[Gpu]:
+    """`nvidia-smi --query-gpu=index,memory.free --format=csv,noheader,nounits` -> GPUs."""
+    gpus = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if not parts or not parts[0].isdigit():
+            continue
+        free = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+        gpus.append(Gpu(int(parts[0]), free))
+    return gpus
+
+
+def find_gpus() -> list[Gpu]:
+    """The GPUs nvidia-smi sees (none when it is missing or fails), restricted to
+    $CUDA_VISIBLE_DEVICES when that lists indices."""
+    try:
+        proc = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,memory.free", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=15, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if proc.returncode != 0:
+        return []
+    gpus = parse_nvidia_smi(proc.stdout)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and all(p.strip().isdigit() for p in visible.split(",") if p.strip()):
+        allowed = [int(p) for p in visible.split(",") if p.strip()]
+        gpus = [g for g in gpus if g.index in allowed]
+    return gpus
+
+
+def osmesa_loadable() -> bool:
+    for name in filter(None, (ctypes.util.find_library("OSMesa"), "libOSMesa.so", "libOSMesa.so.8", "libOSMesa.so.6")):
+        try:
+            ctypes.CDLL(name)
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def gl_backend(render_device: str, gpus: Sequence[Gpu]) -> str:
+    """MUJOCO_GL for `--render_device`: gpu -> egl; cpu -> osmesa if loadable, else egl;
+    auto -> egl when a GPU is visible, else the cpu choice."""
+    if render_device == "gpu" or (render_device == "auto" and gpus):
+        return "egl"
+    return "osmesa" if osmesa_loadable() else "egl"
+
+
+def assign_gpus(gpus: Sequence[Gpu], num_shards: int) -> list[Gpu | None]:
+    """Shard K -> a GPU, round-robin, the one with the most free memory first.
+
+    With fewer than two GPUs nothing is assigned: every child sees what the parent sees.
+    """
+    if len(gpus) < 2:
+        return [None] * num_shards
+    order = sorted(gpus, key=lambda g: (-(g.free_mib or 0), g.index))
+    return [order[k % len(order)] for k in range(num_shards)]
+
+
+def child_env(base: dict[str, str], gl: str, gpu: Gpu | None) -> dict[str, str]:
+    env = dict(base)
+    # N processes each with a full BLAS/OpenMP thread pool oversubscribe the cores
+    env["OMP_NUM_THREADS"] = "1"
+    env["MUJOCO_GL"] = gl
+    env["PYOPENGL_PLATFORM"] = gl
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu.index)
+        env["MUJOCO_EGL_DEVICE_ID"] = str(gpu.index)
+    return env
+
+
+# -- commands ---------------------------------------------------------------------------
+
+
+def user_flags(flags: dict[str, str], cfg: RunConfig) -> list[str]:
+    """The user's flags minus those the launcher sets, plus the resolved output_dir."""
+    out = [f"--{k}={v}" for k, v in flags.items() if k not in _CHILD_FLAGS]
+    return [*out, f"--output_dir={cfg.output_dir}"]
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def child_argv(flags: dict[str, str], cfg: RunConfig, shard_id: int) -> list[str]:
+    # resume=true: the parent already applied --resume=false once, in prepare()
+    argv = [
+        sys.executable, "-m", "rollbench", "eval", *user_flags(flags, cfg),
+        f"--eval.shard_id={shard_id}", "--launch=none", "--resume=true",
+    ]
+    if cfg.workers is None:
+        # the shards share this machine's cores instead of each taking all of them
+        argv.append(f"--workers={max(1, cores() // cfg.eval.num_shards)}")
+    return argv
+
+
+def rerun_command(flags: dict[str, str], cfg: RunConfig, shard_id: int) -> str:
+    return shlex.join(["rollbench", "eval", *user_flags(flags, cfg), f"--eval.shard_id={shard_id}"])
+
+
+def resume_command(flags: dict[str, str], cfg: RunConfig) -> str:
+    return shlex.join(["rollbench", "eval", *user_flags(flags, cfg), "--launch=local"])
+
+
+def _die_with_parent() -> None:
+    """Linux: a child gets SIGTERM when the launcher dies, so no orphan keeps writing."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+# -- watching ---------------------------------------------------------------------------
+
+
+class LogTail:
+    """Reads the complete new lines of every episode log since the last call."""
+
+    def __init__(self, output_dir: Path) -> None:
+        self.output_dir = output_dir
+        self.offsets: dict[Path, int] = {}
+
+    def skip_existing(self) -> None:
+        for path in log_files(self.output_dir):
+            self.offsets[path] = path.stat().st_size
+
+    def new_records(self) -> list[EpisodeRecord]:
+        out = []
+        for path in log_files(self.output_dir):
+            start = self.offsets.get(path, 0)
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(start)
+                    chunk = fh.read()
+            except OSError:
+                continue
+            end = chunk.rfind(b"\n") + 1  # a line still being written waits for the next poll
+            self.offsets[path] = start + end
+            for line in chunk[:end].split(b"\n"):
+                try:
+                    out.append(EpisodeRecord.from_json(json.loads(line)))
+                except (ValueError, TypeError):
+                    continue  # blank, or a torn line from an earlier crash
+        return out
+
+
+@dataclass
+class Shard:
+    shard_id: int
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    log_fh: IO[bytes]
+    rc: int | None = None
+
+    def describe_rc(self) -> str:
+        if self.rc is not None and self.rc < 0:
+            try:
+                return f"killed by {signal.Signals(-self.rc).name}"
+            except ValueError:
+                return f"killed by signal {-self.rc}"
+        return f"exit code {self.rc}"
+
+
+@dataclass
+class Watch:
+    planned: set[UnitKey]
+    progress: Progress
+    seen: set[UnitKey] = field(default_factory=set)
+
+    def feed(self, records: list[EpisodeRecord]) -> None:
+        for rec in records:
+            if rec.key in self.planned and rec.key not in self.seen and rec.ok:
+                self.seen.add(rec.key)
+                self.progress.update(rec)
+
+
+def tail(path: Path, n: int = TAIL_LINES) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as err:
+        return f"(cannot read {path}: {err.strerror})"
+    return "\n".join(f"    {line}" for line in lines[-n:]) or "    (empty)"
+
+
+def stop(shards: Sequence[Shard]) -> None:
+    """SIGINT first (children save and exit 130), SIGKILL for what still runs after a grace."""
+    for s in shards:
+        if s.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                s.proc.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for s in shards:
+        try:
+            s.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            s.proc.kill()
+            s.proc.wait()
+        s.rc = s.proc.returncode
+
+
+# -- the launcher -----------------------------------------------------------------------
 
 
 def launch_local(cfg: RunConfig, flags: dict[str, str]) -> int:
-    raise NotImplementedError("--launch=local is not built yet; run shards by hand with --eval.shard_id=K")
+    from rollbench.executors.local import build_plan, versions, write_eval_info
+    from rollbench.results.summary import table
+
+    if cfg.eval.shard_id != 0:
+        raise ConfigError(
+            f"--eval.shard_id={cfg.eval.shard_id} is not allowed with --launch=local, which starts "
+            f"every shard itself; drop --eval.shard_id (or run one shard with --launch=none)"
+        )
+    output_dir = Path(cfg.output_dir)
+    cfg.env.check_available()
+    validate = getattr(cfg.env, "validate_tasks", None)
+    if validate is not None:
+        validate()
+    plan: list[EpisodeUnit] = build_plan(cfg)
+    continuing = prepare(output_dir, cfg.identity(), cfg.to_dict(), cfg.resume)
+    already = merge(read_records(output_dir), plan).done_keys()
+    if continuing:
+        log.info("resuming in %s: %d of %d episodes already done", output_dir, len(already), len(plan))
+
+    n = cfg.eval.num_shards
+    gpus = find_gpus() if cfg.render_device != "cpu" else []
+    gl = gl_backend(cfg.render_device, gpus)
+    placement = assign_gpus(gpus, n)
+    (output_dir / LOGS_DIR).mkdir(exist_ok=True)
+    watch = Watch({u.key for u in plan}, Progress(total=len(plan), already=len(already)), set(already))
+    logtail = LogTail(output_dir)
+    logtail.skip_existing()
+    started = time.time()
+    shards: list[Shard] = []
+    try:
+        for k in range(n):
+            argv = child_argv(flags, cfg, k)
+            log_path = output_dir / LOGS_DIR / f"shard-{k}.log"
+            fh = open(log_path, "ab")  # noqa: SIM115 (closed when the child ends)
+            fh.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(argv)}\n".encode())
+            fh.flush()
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+                env=child_env(dict(os.environ), gl, placement[k]),
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
+            shards.append(Shard(k, proc, log_path, fh))
+        on_gpus = [g.index for g in placement if g is not None]
+        log.info(
+            "started %d shard processes (MUJOCO_GL=%s%s); logs in %s",
+            n, gl, f", GPUs {on_gpus}" if on_gpus else "", output_dir / LOGS_DIR,
+        )
+        while any(s.proc.poll() is None for s in shards):
+            time.sleep(POLL_S)
+            watch.feed(logtail.new_records())
+        for s in shards:
+            s.rc = s.proc.returncode
+        watch.feed(logtail.new_records())
+    except KeyboardInterrupt:
+        stop(shards)
+        watch.progress.close()
+        done = len(merge(read_records(output_dir), plan).done_keys())
+        raise RunInterrupted(
+            f"interrupted: {done} of {len(plan)} episodes are saved in {output_dir}; "
+            f"to resume, run the same command again: {resume_command(flags, cfg)}"
+        ) from None
+    finally:
+        for s in shards:
+            s.log_fh.close()
+    watch.progress.close()
+
+    merged = merge(read_records(output_dir), plan)
+    if merged.conflicts:
+        log.warning("%d units have conflicting results in the logs; see eval_info.json 'conflicts'", len(merged.conflicts))
+    launch_info: dict[str, Any] = {
+        "num_shards": n,
+        "mujoco_gl": gl,
+        "shards": [
+            {"shard_id": s.shard_id, "returncode": s.rc, "log": str(s.log_path), "gpu": gpu.index if gpu else None}
+            for s, gpu in zip(shards, placement, strict=False)
+        ],
+    }
+    info = write_eval_info(
+        output_dir, merged, cfg,
+        {"mode": "launch-local", "config": cfg.to_dict(), "versions": versions(cfg),
+         "this_run_s": time.time() - started, "launch": launch_info},
+    )
+    print(table(info))
+    ran = len(watch.seen) - len(already)
+    print(f"\n{ran} episodes run in {n} shard processes; {info['status']} results in {output_dir / EVAL_INFO}")
+
+    failed = [s for s in shards if s.rc != 0]
+    if not failed and merged.complete:
+        return 0
+    for s in failed:
+        print(f"shard {s.shard_id} failed ({s.describe_rc()}); last lines of {s.log_path}:\n{tail(s.log_path)}", file=sys.stderr)
+    if merged.failed:
+        print(f"{len(merged.failed)} episodes failed (see eval_info.json 'per_task[].failed')", file=sys.stderr)
+    if merged.missing or merged.failed:
+        print(f"{len(merged.missing)} of {len(plan)} planned episodes are missing", file=sys.stderr)
+    redo = failed or shards
+    names = ", ".join(str(s.shard_id) for s in failed) or "none (but the merge is incomplete)"
+    commands = "\n".join(f"  {rerun_command(flags, cfg, s.shard_id)}" for s in redo)
+    print(
+        f"failed shards: {names}. Rerun just those (finished episodes are kept), then merge:\n"
+        f"{commands}\n  {shlex.join(['rollbench', 'merge', str(output_dir)])}",
+        file=sys.stderr,
+    )
+    return 1
+

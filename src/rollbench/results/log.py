@@ -34,6 +34,15 @@ class EpisodeLog:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / f"{writer}.jsonl"
         self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (kept open for the run)
+        # A reused pid (containers restart with the same ones) reopens a file whose last
+        # line a crash tore; end that fragment first, or the next record would be glued
+        # onto it and lost on read.
+        if self._fh.tell() > 0:
+            with open(self.path, "rb") as fh:
+                fh.seek(-1, os.SEEK_END)
+                torn = fh.read(1) != b"\n"
+            if torn:
+                self._fh.write("\n")
 
     def append(self, record: EpisodeRecord) -> None:
         self._fh.write(json.dumps(record.to_json(), allow_nan=False) + "\n")

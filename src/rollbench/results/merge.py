@@ -50,9 +50,7 @@ def merge(records: Iterable[EpisodeRecord], plan: Sequence[EpisodeUnit]) -> Merg
         have = out.records.get(rec.key)
         if have is None or (not have.ok and rec.ok):
             out.records[rec.key] = rec
-        elif not rec.ok:
-            out.duplicates += 1
-        elif rec.outcome() == have.outcome():
+        elif not rec.ok or rec.outcome() == have.outcome():
             out.duplicates += 1
         else:
             out.conflicts.append((have, rec))

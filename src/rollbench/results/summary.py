@@ -30,7 +30,10 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float] | None:
     denom = 1 + z * z / n
     center = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, center - half), min(1.0, center + half)
+    # at k = 0 (k = n) the bound is exactly 0 (1); rounding would leave it a hair inside
+    lo = 0.0 if k == 0 else max(0.0, center - half)
+    hi = 1.0 if k == n else min(1.0, center + half)
+    return lo, hi
 
 
 def _mean(xs: Sequence[float]) -> float | None:
@@ -147,7 +150,7 @@ def _fmt_pct(x: float | None) -> str:
 
 def table(info: dict[str, Any]) -> str:
     """A plain-text summary table: task, episodes, success %, 95% CI, mean length."""
-    rows = [("task", "episodes", "success %", "95% CI", "mean length", "failed")]
+    rows: list[tuple[str, ...]] = [("task", "episodes", "success %", "95% CI", "mean length", "failed")]
 
     def row(name: str, s: dict[str, Any]) -> tuple[str, ...]:
         ci = s["pc_success_ci95"]
@@ -166,7 +169,8 @@ def table(info: dict[str, Any]) -> str:
         name = t["task"] if len(groups) == 1 or t["task"] == t["task_group"] else f"{t['task_group']}/{t['task']}"
         rows.append(row(name, t["summary"]))
     if len(info["per_task"]) > 1:
-        if len(groups) > 1:
+        # a group row only says something new when some group holds several tasks
+        if len(groups) > 1 and len(groups) < len(info["per_task"]):
             for g, s in info["per_group"].items():
                 rows.append(row(f"[{g}]", s))
         rows.append(row("overall", info["overall"]))

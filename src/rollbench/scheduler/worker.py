@@ -1,0 +1,275 @@
+"""The env worker process: K slots, each running one episode at a time.
+
+Messages from the driver (a `multiprocessing` pipe):
+
+    ("assign", [(slot, unit, attempt), ...])   queue units on slots
+    ("step", {slot: action})                    driver placement: step those slots, reply
+    ("close_task", task)                        no unit of `task` is left: free its envs
+    ("stop",)
+
+Replies: ("stepped", Report) in driver placement; ("report", Report) whenever episodes end
+in worker placement, where the worker runs the policy itself and steps its slots without
+a round trip. ("fatal", text) for an error that dooms the whole run (a bad policy).
+
+Observations go to the driver through the worker's `SlotBuffer` (shared memory) when the
+benchmark's observation space is flat (Box / Dict of Box); otherwise they are pickled.
+An exception inside an env costs only that slot's unit: the env is dropped, the error
+and traceback are reported, and the driver decides whether to retry.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollbench.config.env import BenchmarkConfig
+from rollbench.config.policy import PolicyConfig
+from rollbench.errors import RollbenchError
+from rollbench.plan import EpisodeUnit
+from rollbench.rollout import EpisodeTracker
+from rollbench.scheduler.common import StepContext
+from rollbench.scheduler.shm import ArraySpec, SlotBuffer, stack
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    index: int
+    n_slots: int
+    benchmark: BenchmarkConfig
+    policy: PolicyConfig | None  # set: the policy runs here (worker placement)
+    layout: tuple[ArraySpec, ...] | None
+    buffer_path: str
+    log_path: str
+    env_cache: int = 4  # idle envs kept per worker, across tasks
+
+
+@dataclass
+class SlotError:
+    slot: int
+    unit: EpisodeUnit
+    attempt: int
+    error: str
+
+
+@dataclass
+class Report:
+    """What happened in the worker since its last report, in the order it happened.
+
+    events: ("record", slot, EpisodeRecord) | ("error", SlotError) | ("started", slot, unit)
+    """
+
+    events: list[tuple[Any, ...]] = field(default_factory=list)
+    running: list[int] = field(default_factory=list)
+    obs: dict[int, Any] | None = None  # pickled observations when there is no flat layout
+
+    def __bool__(self) -> bool:
+        return bool(self.events)
+
+    def started(self) -> list[tuple[int, EpisodeUnit]]:
+        return [(e[1], e[2]) for e in self.events if e[0] == "started"]
+
+
+@dataclass
+class Slot:
+    queue: deque[tuple[EpisodeUnit, int]] = field(default_factory=deque)
+    env: Any = None
+    task: str | None = None
+    tracker: EpisodeTracker | None = None
+    attempt: int = 0
+    obs: Any = None
+
+
+class Worker:
+    def __init__(self, spec: WorkerSpec, conn: Any) -> None:
+        self.spec = spec
+        self.conn = conn
+        self.name = f"w{spec.index}/pid{os.getpid()}"
+        self.bench = spec.benchmark
+        self.slots = [Slot() for _ in range(spec.n_slots)]
+        self.idle_envs: OrderedDict[int, tuple[str, Any]] = OrderedDict()
+        self.buffer = SlotBuffer(spec.layout, spec.n_slots, spec.buffer_path)
+        self.ctx = StepContext(spec.benchmark, spec.policy) if spec.policy is not None else None
+        self.policy = self.ctx.make_policy() if self.ctx is not None else None
+        self.base_slot = spec.index * spec.n_slots
+
+    # -- envs ------------------------------------------------------------------------
+    def _env_for(self, task: str) -> Any:
+        for key, (t, env) in self.idle_envs.items():
+            if t == task:
+                del self.idle_envs[key]
+                return env
+        return self.bench.make_task_env(task)
+
+    def _release(self, slot: Slot) -> None:
+        if slot.env is None:
+            return
+        self.idle_envs[id(slot.env)] = (slot.task or "", slot.env)
+        while len(self.idle_envs) > self.spec.env_cache:
+            _, (_, env) = self.idle_envs.popitem(last=False)
+            env.close()
+        slot.env, slot.task = None, None
+
+    def _drop(self, slot: Slot) -> None:
+        env, slot.env, slot.task = slot.env, None, None
+        if env is not None:
+            try:
+                env.close()
+            except Exception:  # an env that just failed may fail to close too
+                pass
+
+    def close_task(self, task: str) -> None:
+        for key in [k for k, (t, _) in self.idle_envs.items() if t == task]:
+            self.idle_envs.pop(key)[1].close()
+
+    # -- episodes --------------------------------------------------------------------
+    def _fail(self, i: int, report: Report) -> None:
+        slot = self.slots[i]
+        assert slot.tracker is not None
+        text = traceback.format_exc()
+        report.events.append(("error", SlotError(i, slot.tracker.unit, slot.attempt, f"{self.name}: {text.strip()}")))
+        slot.tracker = None
+        self._drop(slot)
+
+    def _start(self, i: int, report: Report) -> None:
+        """Reset slot i into its next queued unit (task affinity: reuse its env if same task)."""
+        slot = self.slots[i]
+        while slot.tracker is None and slot.queue:
+            unit, attempt = slot.queue.popleft()
+            if slot.task != unit.task:
+                self._release(slot)
+            slot.tracker = EpisodeTracker(unit, self.bench.effective_max_steps(unit.task), self.bench.success)
+            slot.attempt = attempt
+            self.buffer.touch(i)
+            try:
+                if slot.env is None:
+                    slot.env, slot.task = self._env_for(unit.task), unit.task
+                obs, _ = slot.env.reset(seed=unit.seed)
+            except Exception:
+                self._fail(i, report)
+                continue
+            self.buffer.touch()
+            slot.tracker.started = time.monotonic()
+            slot.obs = obs
+            report.events.append(("started", i, unit))
+
+    def _step(self, i: int, action: Any, report: Report) -> None:
+        slot = self.slots[i]
+        assert slot.tracker is not None
+        self.buffer.touch(i)
+        try:
+            obs, reward, terminated, truncated, info = slot.env.step(action)
+        except Exception:
+            self._fail(i, report)
+            return
+        self.buffer.touch()
+        slot.obs = obs
+        if slot.tracker.update(reward, terminated, truncated, info):
+            report.events.append(("record", i, slot.tracker.record(self.name, slot.attempt)))
+            slot.tracker = None
+
+    def _running(self) -> list[int]:
+        return [i for i, s in enumerate(self.slots) if s.tracker is not None]
+
+    def _publish(self, report: Report) -> None:
+        report.running = self._running()
+        if self.spec.layout is not None:
+            for i in report.running:
+                self.buffer.write(i, self.slots[i].obs)
+        else:
+            report.obs = {i: self.slots[i].obs for i in report.running}
+
+    # -- messages --------------------------------------------------------------------
+    def handle(self, msg: tuple[Any, ...]) -> bool:
+        """Apply one driver message; False on stop."""
+        kind = msg[0]
+        if kind == "assign":
+            for slot, unit, attempt in msg[1]:
+                self.slots[slot].queue.append((unit, attempt))
+        elif kind == "close_task":
+            self.close_task(msg[1])
+        elif kind == "step":
+            report = Report()
+            for i, action in msg[1].items():
+                self._step(i, action, report)
+            for i in range(len(self.slots)):
+                self._start(i, report)
+            self._publish(report)
+            self.conn.send(("stepped", report))
+        elif kind == "stop":
+            return False
+        return True
+
+    def run_driver_placement(self) -> None:
+        while self.handle(self.conn.recv()):
+            pass
+
+    def run_worker_placement(self) -> None:
+        assert self.ctx is not None and self.policy is not None
+        layout = self.spec.layout
+        while True:
+            if not self._running() and not any(s.queue for s in self.slots):
+                if not self.handle(self.conn.recv()):
+                    return
+                continue
+            while self.conn.poll():
+                if not self.handle(self.conn.recv()):
+                    return
+            report = Report()
+            for i in range(len(self.slots)):
+                self._start(i, report)
+            started = report.started()
+            if started:
+                self.policy.reset([self.base_slot + i for i, _ in started], [self.ctx.episode_start(u) for _, u in started])
+            running = self._running()
+            if running:
+                obs = [self.slots[i].obs for i in running]
+                batch = stack(obs, layout) if layout is not None else _stack_any(obs)
+                descriptions = [self.bench.task_description(self.slots[i].task or "") for i in running]
+                actions = self.ctx.act(self.policy, batch, [self.base_slot + i for i in running], descriptions)
+                for j, i in enumerate(running):
+                    self._step(i, actions[j], report)
+            if report:
+                self.conn.send(("report", report))
+
+
+def _stack_any(obs: list[Any]) -> Any:
+    from rollbench.scheduler.shm import stack_any
+
+    return stack_any(obs)
+
+
+def worker_main(conn: Any, spec: WorkerSpec) -> None:
+    """Entry point of a worker process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides how to stop
+    log = open(spec.log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+    os.dup2(log.fileno(), 2)
+    sys.stderr = log
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        worker = Worker(spec, conn)
+        worker.buffer.touch()
+        if spec.policy is not None:
+            worker.run_worker_placement()
+        else:
+            worker.run_driver_placement()
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        pass  # the driver went away
+    except RollbenchError as err:
+        _send_fatal(conn, str(err), type(err).__name__)
+    except Exception as err:
+        traceback.print_exc()
+        text = f"worker {spec.index} (pid {os.getpid()}) failed: {type(err).__name__}: {err}\n{traceback.format_exc()}"
+        _send_fatal(conn, text, "WorkerError")
+
+
+def _send_fatal(conn: Any, text: str, kind: str) -> None:
+    try:
+        conn.send(("fatal", text, kind))
+    except (BrokenPipeError, OSError):
+        pass
