@@ -32,7 +32,7 @@ from typing import IO, Any
 
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError, RunInterrupted
-from rollbench.plan import EpisodeUnit, UnitKey
+from rollbench.plan import EpisodeUnit, UnitKey, shard
 from rollbench.progress import Progress
 from rollbench.results.log import log_files, read_records
 from rollbench.results.merge import merge
@@ -354,22 +354,27 @@ def launch_local(cfg: RunConfig, flags: dict[str, str]) -> int:
     ran = len(watch.seen) - len(already)
     print(f"\n{ran} episodes run in {n} shard processes; {info['status']} results in {output_dir / EVAL_INFO}")
 
-    failed = [s for s in shards if s.rc != 0]
-    if not failed and merged.complete:
+    # A shard failed when its own units are not all done; its exit code alone may also
+    # reflect other shards' failures already in the shared log.
+    done_keys = merged.done_keys()
+    short = {k: sum(u.key not in done_keys for u in shard(plan, k, n)) for k in range(n)}
+    rerun = [s for s in shards if short[s.shard_id]]
+    odd = [s for s in shards if s.rc != 0 and not short[s.shard_id]]
+    if not rerun and not odd and merged.complete:
         return 0
-    for s in failed:
-        print(f"shard {s.shard_id} failed ({s.describe_rc()}); last lines of {s.log_path}:\n{tail(s.log_path)}", file=sys.stderr)
-    if merged.failed:
-        print(f"{len(merged.failed)} episodes failed (see eval_info.json 'per_task[].failed')", file=sys.stderr)
-    if merged.missing or merged.failed:
-        print(f"{len(merged.missing)} of {len(plan)} planned episodes are missing", file=sys.stderr)
-    redo = failed or shards
-    names = ", ".join(str(s.shard_id) for s in failed) or "none (but the merge is incomplete)"
-    commands = "\n".join(f"  {rerun_command(flags, cfg, s.shard_id)}" for s in redo)
-    print(
-        f"failed shards: {names}. Rerun just those (finished episodes are kept), then merge:\n"
-        f"{commands}\n  {shlex.join(['rollbench', 'merge', str(output_dir)])}",
-        file=sys.stderr,
-    )
+    for s in rerun:
+        print(
+            f"shard {s.shard_id} failed ({s.describe_rc()}; {short[s.shard_id]} of its episodes missing or failed); "
+            f"last lines of {s.log_path}:\n{tail(s.log_path)}",
+            file=sys.stderr,
+        )
+    for s in odd:
+        print(f"shard {s.shard_id} ended with {s.describe_rc()} although all its episodes are logged; see {s.log_path}", file=sys.stderr)
+    if rerun:
+        commands = "\n".join(f"  {rerun_command(flags, cfg, s.shard_id)}" for s in rerun)
+        print(
+            f"failed shards: {', '.join(str(s.shard_id) for s in rerun)}. Rerun just those (finished episodes are kept), "
+            f"then merge:\n{commands}\n  {shlex.join(['rollbench', 'merge', str(output_dir)])}",
+            file=sys.stderr,
+        )
     return 1
-

@@ -92,6 +92,15 @@ def check_actions(actions: Any, n: int, action_space: Any, who: str) -> np.ndarr
         raise PolicyError(
             f"policy {who} returned actions of shape {arr.shape} for {n} envs; expected {expected}"
         )
+    if isinstance(action_space, gym.spaces.Discrete):
+        if arr.dtype.kind not in "iu":
+            raise PolicyError(
+                f"policy {who} returned actions of dtype {arr.dtype} for a Discrete({action_space.n}) "
+                f"action space; expected integers"
+            )
+        lo, hi = int(action_space.start), int(action_space.start + action_space.n - 1)
+        if arr.size and (arr.min() < lo or arr.max() > hi):
+            raise PolicyError(f"policy {who} returned actions outside {lo}..{hi} for a Discrete({action_space.n}) action space")
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         bad = int((~np.isfinite(arr)).any(axis=tuple(range(1, arr.ndim))).sum()) if arr.ndim > 1 else int((~np.isfinite(arr)).sum())
         raise PolicyError(f"policy {who} returned NaN or infinite actions for {bad} of {n} envs")

@@ -205,8 +205,7 @@ class ContinuousScheduler:
                 w.last_task[i] = item[0].task
                 assigned.append((i, *item))
         if assigned:
-            w.conn.send(("assign", assigned))
-            w.sent_at = time.monotonic()
+            self._send(w, ("assign", assigned))
 
     def _give_up_or_retry(self, unit: EpisodeUnit, attempt: int, error: str, worker: str) -> Iterator[EpisodeRecord]:
         if attempt < self.opts.max_retries:
@@ -239,7 +238,14 @@ class ContinuousScheduler:
         yield from self._give_up_or_retry(unit, attempt, f"error in worker {w.index} on {unit.label()}: {err.error}", f"w{w.index}")
 
     def _lost(self, w: WorkerHandle, why: str) -> Iterator[EpisodeRecord]:
-        """Worker w is gone (died or hung): retry or fail its units, start a fresh worker."""
+        """Worker w is gone (died or hung): retry or fail its units, start a fresh worker.
+
+        The worker marks in shared memory which slot it is inside a reset or step of, so the
+        unit that killed (or hung) it is known: that unit uses up one of its retries, while
+        the other episodes it interrupted are simply run again. When the worker died outside
+        any env call, every episode it was running counts the attempt.
+        """
+        inside = int(w.buffer.current[0])
         self._stop(w, kill=True)
         code = w.process.exitcode
         if code is not None and code < 0:
@@ -249,10 +255,10 @@ class ContinuousScheduler:
         else:
             how = "stopped answering"
         tail = _tail(w.log_path)
-        inside = int(w.buffer.current[0])
         for i, q in enumerate(w.slots):
             for n, (unit, attempt) in enumerate(q):
-                if n == 0 and (w.started[i] or inside == i):
+                culprit = n == 0 and (i == inside or (inside < 0 and w.started[i]))
+                if culprit:
                     error = f"worker {w.index} (pid {w.process.pid}) {why or how} while running {unit.label()}"
                     if tail:
                         error += f"; last stderr lines:\n{tail}"
@@ -268,10 +274,7 @@ class ContinuousScheduler:
                 continue
             self.open_tasks.discard(task)
             for w in self.workers:
-                try:
-                    w.conn.send(("close_task", task))
-                except (BrokenPipeError, OSError):
-                    pass
+                self._send(w, ("close_task", task))
 
     def _done(self) -> bool:
         return not len(self.queue) and not any(w.busy() for w in self.workers)
@@ -351,9 +354,16 @@ class ContinuousScheduler:
     def _send_step(self, w: WorkerHandle, actions: dict[int, Any]) -> None:
         self._fill(w)
         if actions or any(w.slots):
-            w.conn.send(("step", actions))
-            w.sent_at = time.monotonic()
+            self._send(w, ("step", actions))
             w.inflight = True
+
+    def _send(self, w: WorkerHandle, msg: tuple[Any, ...]) -> None:
+        """Send; a dead worker's pipe is noticed through its sentinel, and its units requeued."""
+        try:
+            w.conn.send(msg)
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            pass
+        w.sent_at = time.monotonic()
 
     def _collect(self, group: list[int]) -> Iterator[EpisodeRecord]:
         """Wait for the replies of the group's in-flight workers."""

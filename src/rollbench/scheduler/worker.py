@@ -248,8 +248,10 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides how to stop
     log = open(spec.log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+    # stdout and stderr of the worker (and of any C library in it) go to its log file
+    os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
-    sys.stderr = log
+    sys.stdout = sys.stderr = log
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         worker = Worker(spec, conn)

@@ -1,0 +1,59 @@
+"""A benchmark plugin whose env misbehaves on chosen seeds, for fault-injection tests.
+
+Registered like any third-party benchmark (`--env.type=faulty`, loaded through
+$ROLLBENCH_PLUGINS=faulty_bench). On `crash_seed` the env SIGKILLs its own process at its
+first step; on `hang_seed` it sleeps forever at its first step; on `error_seed` it raises
+at its first step.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rollbench.benchmarks.fake import TASKS, CountdownEnv, FakeConfig
+from rollbench.config.env import register_benchmark
+from rollbench.config.fields import opt
+
+
+class FaultyEnv(CountdownEnv):
+    def __init__(self, scale: float, max_steps: int, crash: int, hang: int, error: int) -> None:
+        super().__init__(scale, max_steps)
+        self.faults = {crash: "crash", hang: "hang", error: "error"}
+        self.fault: str | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        self.fault = self.faults.get(seed if seed is not None else -99)
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: np.ndarray) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        if self.fault == "crash" and self._t == 0:
+            print("faulty env: about to SIGKILL myself", flush=True)
+            import sys
+
+            print("faulty env: goodbye from stderr", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.fault == "hang" and self._t == 0:
+            time.sleep(3600)
+        if self.fault == "error" and self._t == 0:
+            raise RuntimeError("faulty env: injected error")
+        return super().step(action)
+
+
+@register_benchmark("faulty")
+@dataclass(frozen=True)
+class FaultyConfig(FakeConfig):
+    """The fake benchmark with injected faults (tests only)."""
+
+    crash_seed: int = opt(-1, "reset seed whose episode SIGKILLs its worker")
+    hang_seed: int = opt(-1, "reset seed whose episode hangs")
+    error_seed: int = opt(-1, "reset seed whose episode raises")
+
+    def make_task_env(self, task: str) -> gym.Env:
+        return FaultyEnv(TASKS[task], self.max_steps, self.crash_seed, self.hang_seed, self.error_seed)
