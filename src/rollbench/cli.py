@@ -221,7 +221,7 @@ def cmd_eval(flags: dict[str, str]) -> int:
     print(table(result.info))
     status = result.info["status"]
     print(f"\n{result.ran} episodes run ({result.mode} mode); {status} results in {os.path.join(cfg.output_dir, 'eval_info.json')}")
-    failed = result.info["overall"]["n_failed"]
+    failed = result.failed
     if failed:
         print(f"{failed} episodes failed (infrastructure errors, not counted in success rates); see eval_info.json 'per_task[].failed'")
         return 1
@@ -262,6 +262,8 @@ def cmd_list() -> int:
                 print(f"    {group} ({len(tasks)}): {', '.join(tasks)}")
         except RollbenchError as err:
             print(f"  {name}: unavailable: {err}")
+        except Exception as err:  # a broken third-party plugin must not break the listing
+            print(f"  {name}: cannot load ({type(err).__name__}: {err})")
     print("\npolicy types (--policy.type):")
     for name in POLICIES.names():
         print(f"  {name}")
@@ -275,12 +277,31 @@ def _groups(cfg: BenchmarkConfig) -> dict[str, list[str]]:
     return cfg.tasks()
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is now (pytest and embedding programs swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+def _setup_logging(debug: bool) -> None:
+    # our own handler on the package logger: basicConfig is a no-op when the host
+    # program (or pytest) already configured the root logger
+    for h in list(log.handlers):
+        if isinstance(h, _StderrHandler):
+            log.removeHandler(h)
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    log.addHandler(handler)
+    log.propagate = False
+    log.setLevel(logging.DEBUG if debug else logging.INFO)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or any(a.startswith("--debug=") and a.split("=", 1)[1].lower() in ("true", "1") for a in argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
-    logging.getLogger().setLevel(logging.WARNING)
-    log.setLevel(logging.DEBUG if debug else logging.INFO)
+    _setup_logging(debug)
     try:
         if not argv or argv[0] in ("-h", "--help", "help"):
             print(main_help())

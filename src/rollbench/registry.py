@@ -32,6 +32,10 @@ class Registry(Generic[T]):
         def deco(obj: T) -> T:
             if name in self._entries and self._entries[name] is not obj:
                 raise ConfigError(f"{self.kind} {name!r} is registered twice")
+            lazy = self._lazy.get(name)
+            here = f"{getattr(obj, '__module__', '')}:{getattr(obj, '__qualname__', '')}"
+            if lazy is not None and lazy != here:
+                raise ConfigError(f"{self.kind} {name!r} is already taken by {lazy}; choose another name for {here}")
             self._entries[name] = obj
             return obj
 

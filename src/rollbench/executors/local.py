@@ -39,6 +39,7 @@ class RunResult:
     info: dict[str, Any]
     ran: int  # episodes this process ran
     mode: str
+    failed: int  # units of this shard logged as failed (other shards' failures are theirs)
 
 
 def versions(cfg: RunConfig) -> dict[str, Any]:
@@ -180,4 +181,5 @@ def run_eval(cfg: RunConfig, progress_stream: Any = None) -> RunResult:
     )
     if not cfg.eval.num_shards > 1 and merged.missing:
         raise RollbenchError(f"internal: {len(merged.missing)} planned units are missing after the run")
-    return RunResult(output_dir, info, ran, how.mode)
+    failed = sum(1 for u in mine if u.key in merged.records and not merged.records[u.key].ok)
+    return RunResult(output_dir, info, ran, how.mode, failed)

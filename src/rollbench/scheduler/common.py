@@ -12,6 +12,7 @@ import numpy as np
 from rollbench.config.env import BenchmarkConfig
 from rollbench.config.policy import PolicyConfig
 from rollbench.plan import EpisodeUnit
+from rollbench.errors import PolicyError
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext, check_actions, make_policy
 
 
@@ -52,5 +53,11 @@ class StepContext:
         pre, post = self.benchmark.get_env_processors()
         batch: dict[str, Any] = pre(self.benchmark.to_features(obs))
         batch["task"] = list(descriptions)
-        actions = post(np.asarray(policy.act(batch, slots)))
+        try:
+            raw = policy.act(batch, slots)
+        except PolicyError:
+            raise
+        except Exception as err:  # the policy's own bug: name it, keep the cause for --debug
+            raise PolicyError(f"policy {self.policy_name()} raised {type(err).__name__}: {err}") from err
+        actions = post(np.asarray(raw))
         return check_actions(actions, len(slots), self.action_space, self.policy_name())

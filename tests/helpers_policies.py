@@ -1,0 +1,61 @@
+"""Small policy factories for tests, referenced as `--policy.path=helpers_policies:NAME`.
+
+tests/ is on sys.path under pytest, and on PYTHONPATH for `run_subprocess`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+
+class _Const:
+    """Returns `value` for every row, with the action space's shape (or `shape`)."""
+
+    def __init__(self, ctx: Any, value: float, shape: tuple[int, ...] | None = None) -> None:
+        self.shape = tuple(ctx.action_space.shape) if shape is None else shape
+        self.value = value
+        # the space's own dtype (int for Discrete), unless the value cannot be one (NaN)
+        self.dtype = ctx.action_space.dtype if np.isfinite(value) else np.float32
+
+    def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
+        return np.full((len(slots), *self.shape), self.value, dtype=self.dtype)
+
+
+def zeros(ctx: Any) -> _Const:
+    """A well-behaved policy: all-zero actions."""
+    return _Const(ctx, 0.0)
+
+
+def wrong_shape(ctx: Any) -> _Const:
+    """Actions with one dimension too many per row."""
+    return _Const(ctx, 0.0, shape=(*ctx.action_space.shape, 3))
+
+
+def nan_actions(ctx: Any) -> _Const:
+    """NaN actions of the right shape."""
+    return _Const(ctx, float("nan"))
+
+
+class _Raises:
+    def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
+        raise RuntimeError("boom from the policy")
+
+
+def raises() -> _Raises:
+    """A policy whose act() raises (a zero-argument factory)."""
+    return _Raises()
+
+
+def not_a_policy() -> object:
+    """A factory that returns something without act()."""
+    return object()
+
+
+def float_actions(ctx: Any) -> _Const:
+    """Float actions whatever the space (wrong for a Discrete one)."""
+    policy = _Const(ctx, 0.0)
+    policy.dtype = np.dtype(np.float32)
+    return policy

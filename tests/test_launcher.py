@@ -1,0 +1,129 @@
+"""`--launch=local`: N shard processes on this machine, merged, exactly the single-process
+result; a failed shard is named with its log and the command that reruns just it."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, load_info, per_episode, run_subprocess, subprocess_env
+
+FAKE = ("eval", "--env.type=fake", "--policy.type=expert", "--eval.n_episodes=4")
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("single")
+    res = run_subprocess(*FAKE, f"--output_dir={out}")
+    assert res.rc == 0, res.err
+    return per_episode(out)
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_local_shards_match_one_process(tmp_path: Path, single: dict, n: int) -> None:
+    res = run_subprocess(*FAKE, f"--eval.num_shards={n}", "--launch=local", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    assert f"12 episodes run in {n} shard processes; complete" in res.out
+    assert "overall" in res.out
+    assert per_episode(tmp_path) == single
+    info = load_info(tmp_path)
+    assert [s["shard_id"] for s in info["launch"]["shards"]] == list(range(n))
+    assert {s["returncode"] for s in info["launch"]["shards"]} == {0}
+    assert all((tmp_path / "logs" / f"shard-{k}.log").stat().st_size > 0 for k in range(n))
+    # one combined progress line on stderr, not the children's
+    assert "episodes 12/12" in res.err
+
+
+def test_local_launch_resumes_and_reruns_nothing_done(tmp_path: Path, single: dict) -> None:
+    args = (*FAKE, "--eval.num_shards=2", "--launch=local", f"--output_dir={tmp_path}")
+    assert run_subprocess(*args).rc == 0
+    res = run_subprocess(*args)
+    assert res.rc == 0, res.err
+    assert "0 episodes run in 2 shard processes; complete" in res.out
+    assert per_episode(tmp_path) == single
+
+
+def test_launch_local_refuses_a_shard_id(tmp_path: Path) -> None:
+    res = run_subprocess(*FAKE, "--eval.num_shards=2", "--eval.shard_id=1", "--launch=local", f"--output_dir={tmp_path}")
+    assert res.rc == 2
+    assert res.err.strip().startswith("rollbench: error: --eval.shard_id=1 is not allowed with --launch=local")
+    assert len(res.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("mode", ["lockstep", "continuous"])
+def test_a_failed_shard_is_named_with_its_rerun_command(tmp_path: Path, single: dict, mode: str) -> None:
+    # seed 1001 is episode 1 of every task: shard 1 of 2 fails, shard 0 finishes
+    plugin = {"ROLLBENCH_PLUGINS": "failing_bench"}
+    args = ("eval", "--env.type=fake_failing", *FAKE[2:], "--eval.num_shards=2", "--launch=local",
+            f"--eval.mode={mode}", f"--output_dir={tmp_path}")
+    res = run_subprocess(*args, RB_FAIL_SEED="1001", **plugin)
+    assert res.rc == 1
+    # lockstep: the shard process dies (all 6 of its units missing); continuous: the 3
+    # units with seed 1001 are logged as failed after their retries
+    lost = 6 if mode == "lockstep" else 3
+    assert f"shard 1 failed (exit code 1; {lost} of its episodes missing or failed)" in res.err
+    assert "shard 0 failed" not in res.err
+    info = load_info(tmp_path)
+    assert info["status"] == "partial"
+    if mode == "lockstep":
+        assert "injected failure at seed 1001" in res.err  # the tail of its log
+    else:
+        errors = [f["error"] for t in info["per_task"] for f in t["failed"]]
+        assert len(errors) == 3 and all("injected failure at seed 1001" in e for e in errors)
+    commands = [line.strip() for line in res.err.splitlines() if line.strip().startswith("rollbench ")]
+    assert len(commands) == 2
+    rerun, merge = commands
+    assert rerun.endswith("--eval.shard_id=1") and "--launch" not in rerun
+    assert merge == f"rollbench merge {tmp_path}"
+    # the printed commands, run as printed (the cause gone), complete the run
+    for command in (rerun, merge):
+        res = run_subprocess(*shlex.split(command)[1:], **plugin)
+        assert res.rc == 0, res.err
+    assert load_info(tmp_path)["status"] == "complete"
+    assert per_episode(tmp_path) == single
+
+
+def test_ctrl_c_stops_every_shard_and_says_how_to_resume(tmp_path: Path, single: dict) -> None:
+    args = (*FAKE, "--env.step_sleep_s=0.03", "--eval.batch_size=1", "--eval.mode=lockstep",
+            "--eval.num_shards=2", "--launch=local", f"--output_dir={tmp_path}")
+    proc = subprocess.Popen([sys.executable, "-m", "rollbench", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=REPO)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not list((tmp_path / "episodes").glob("*.jsonl")):
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "to resume, run the same command again: rollbench eval" in err
+    assert "Traceback" not in err
+    logs = "".join((tmp_path / "logs" / f"shard-{k}.log").read_text() for k in range(2))
+    assert logs.count("run the same command again to resume") == 2  # both children saved and stopped
+    res = run_subprocess(*args)
+    assert res.rc == 0, res.err
+    assert per_episode(tmp_path) == single
+
+
+@pytest.mark.slow
+@pytest.mark.metaworld
+def test_metaworld_two_local_shards_match_one_process(tmp_path: Path) -> None:
+    pytest.importorskip("metaworld")
+    args = ("eval", "--env.type=metaworld", "--env.task=reach-v3,push-v3", "--policy.type=expert", "--eval.n_episodes=2")
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert run_subprocess(*args, f"--output_dir={one}").rc == 0
+    res = run_subprocess(*args, "--eval.num_shards=2", "--launch=local", f"--output_dir={two}")
+    assert res.rc == 0, res.err
+    assert per_episode(two) == per_episode(one)
+    assert len(per_episode(one)) == 4

@@ -1,0 +1,211 @@
+"""Summary statistics and `eval_info.json`: Wilson intervals, LeRobot keys plus ours, no NaN, the table."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import load_info
+from rollbench.results.summary import wilson
+
+
+def strict_json(path: Path):
+    def reject(name: str):
+        raise AssertionError(f"{name} in {path}")
+
+    return json.loads(path.read_text(), parse_constant=reject)
+
+
+def wilson_reference(k: int, n: int) -> tuple[float, float]:
+    """Wilson (1927) score interval written from the textbook form, z = Φ⁻¹(0.975) from erfinv-free bisection."""
+    lo_z, hi_z = 0.0, 5.0
+    for _ in range(200):  # solve Φ(z) = 0.975
+        mid = (lo_z + hi_z) / 2
+        if 0.5 * (1 + math.erf(mid / math.sqrt(2))) < 0.975:
+            lo_z = mid
+        else:
+            hi_z = mid
+    z = (lo_z + hi_z) / 2
+    p = k / n
+    centre = (2 * n * p + z * z) / (2 * (n + z * z))
+    spread = z * math.sqrt(z * z + 4 * n * p * (1 - p)) / (2 * (n + z * z))
+    return centre - spread, centre + spread
+
+
+# -- Wilson ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "k, n, expected",
+    [  # published values of the 95% Wilson score interval
+        (0, 10, (0.0, 0.2775)),
+        (10, 10, (0.7225, 1.0)),
+        (5, 10, (0.2366, 0.7634)),
+        (1, 10, (0.0179, 0.4042)),
+        (81, 263, (0.2553, 0.3662)),
+    ],
+)
+def test_wilson_known_values(k, n, expected):
+    lo, hi = wilson(k, n)
+    assert lo == pytest.approx(expected[0], abs=1e-4)
+    assert hi == pytest.approx(expected[1], abs=1e-4)
+
+
+def test_wilson_no_trials_is_undefined():
+    assert wilson(0, 0) is None
+
+
+@given(n=st.integers(1, 2000), data=st.data())
+def test_wilson_matches_the_textbook_formula(n, data):
+    k = data.draw(st.integers(0, n))
+    lo, hi = wilson(k, n)
+    ref_lo, ref_hi = wilson_reference(k, n)
+    assert lo == pytest.approx(max(0.0, ref_lo), abs=1e-9)
+    assert hi == pytest.approx(min(1.0, ref_hi), abs=1e-9)
+    assert 0.0 <= lo <= k / n <= hi <= 1.0
+    assert (lo == 0.0) == (k == 0) and (hi == 1.0) == (k == n)
+
+
+# -- eval_info.json through a real run -----------------------------------------------
+
+
+@pytest.fixture
+def fake_run(cli, tmp_path):
+    """fake: a group (`all`, 3 tasks) and a single task (`far`), expert, 6 episodes each."""
+    res = cli(
+        "eval", "--env.type=fake", "--env.task=all,far", "--policy.type=expert", "--eval.n_episodes=6",
+        "--eval.mode=lockstep", "--eval.batch_size=4", "--seed=7", f"--output_dir={tmp_path}",
+    )
+    assert res.rc == 0, res.err
+    return res, tmp_path
+
+
+def _mean(xs):
+    return sum(xs) / len(xs)
+
+
+def _check_aggregate(agg: dict, successes: list, sum_rewards: list, max_rewards: list, n_steps: list) -> None:
+    n, k = len(successes), sum(successes)
+    assert agg["n_episodes"] == n
+    assert agg["n_success"] == k
+    assert agg["pc_success"] == pytest.approx(100.0 * k / n)
+    assert agg["avg_sum_reward"] == pytest.approx(_mean(sum_rewards))
+    assert agg["avg_max_reward"] == pytest.approx(_mean(max_rewards))
+    assert agg["avg_episode_length"] == pytest.approx(_mean(n_steps))
+    ref = wilson_reference(k, n)
+    assert agg["pc_success_ci95"] == pytest.approx([100 * max(0.0, ref[0]), 100 * min(1.0, ref[1])], abs=1e-6)
+    assert agg["n_failed"] == 0
+
+
+def test_eval_info_has_lerobot_keys_and_ours(fake_run):
+    _, out = fake_run
+    info = strict_json(out / "eval_info.json")
+    assert info["status"] == "complete"
+    assert [(t["task_group"], t["task_id"], t["task"]) for t in info["per_task"]] == [
+        ("all", 0, "near"), ("all", 1, "mid"), ("all", 2, "far"), ("far", 0, "far"),
+    ]
+    for task in info["per_task"]:
+        m = task["metrics"]
+        for key in ("sum_rewards", "max_rewards", "successes", "video_paths", "seeds", "episode_ix", "n_steps"):
+            assert key in m, key
+        assert m["episode_ix"] == list(range(6))
+        assert m["seeds"] == [7 + i for i in range(6)]
+        assert len(m["sum_rewards"]) == len(m["max_rewards"]) == len(m["successes"]) == len(m["n_steps"]) == 6
+        assert all(isinstance(s, bool) for s in m["successes"])
+        _check_aggregate(task["summary"], m["successes"], m["sum_rewards"], m["max_rewards"], m["n_steps"])
+    assert set(info["per_group"]) == {"all", "far"}
+    for group, agg in info["per_group"].items():
+        tasks = [t["metrics"] for t in info["per_task"] if t["task_group"] == group]
+        _check_aggregate(agg, *[[x for m in tasks for x in m[key]] for key in ("successes", "sum_rewards", "max_rewards", "n_steps")])
+        assert "video_paths" in agg
+    overall = info["overall"]
+    every = [t["metrics"] for t in info["per_task"]]
+    _check_aggregate(overall, *[[x for m in every for x in m[key]] for key in ("successes", "sum_rewards", "max_rewards", "n_steps")])
+    for key in ("avg_sum_reward", "avg_max_reward", "pc_success", "n_episodes", "eval_s", "eval_ep_s"):
+        assert key in overall, key
+    assert overall["eval_s"] > 0
+    assert overall["eval_ep_s"] == pytest.approx(overall["eval_s"] / overall["n_episodes"])
+    # the same task in two groups is one episode stream: same seeds, same results
+    assert info["per_task"][2]["metrics"] == info["per_task"][3]["metrics"]
+    # the expert does not solve every `far` episode within 20 steps: the rates are not trivially 100%
+    assert 0 < info["per_group"]["far"]["pc_success"] < 100
+
+
+def test_eval_info_holds_config_and_versions(fake_run):
+    _, out = fake_run
+    info = strict_json(out / "eval_info.json")
+    cfg = info["config"]
+    assert cfg["env"]["type"] == "fake" and cfg["env"]["task"] == "all,far"
+    assert cfg["policy"]["type"] == "expert"
+    assert cfg["eval"]["n_episodes"] == 6 and cfg["eval"]["batch_size"] == 4 and cfg["eval"]["mode"] == "lockstep"
+    assert cfg["seed"] == 7
+    import gymnasium
+    import numpy
+
+    from rollbench import __version__
+
+    v = info["versions"]
+    assert v["rollbench"] == __version__
+    assert v["numpy"] == numpy.__version__
+    assert v["gymnasium"] == gymnasium.__version__
+    assert "python" in v
+
+
+def test_no_nan_anywhere_in_the_output_dir(fake_run):
+    _, out = fake_run
+    strict_json(out / "eval_info.json")
+    strict_json(out / "run.json")
+    lines = [ln for f in sorted((out / "episodes").glob("*.jsonl")) for ln in f.read_text().splitlines()]
+    assert len(lines) == 4 * 6
+    for line in lines:
+        json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in episode log"))
+
+
+def test_summary_table_has_one_row_per_task_with_success_and_ci(fake_run):
+    res, out = fake_run
+    info = load_info(out)
+    lines = res.out.splitlines()
+    header = lines[0].split()
+    assert header[:3] == ["task", "episodes", "success"]
+    assert "95%" in header and "CI" in header
+    for task in info["per_task"]:
+        name = f"{task['task_group']}/{task['task']}" if task["task"] != task["task_group"] else task["task"]
+        rows = [ln for ln in lines if ln.split() and ln.split()[0] == name]
+        assert len(rows) == 1, (name, res.out)
+        s = task["summary"]
+        lo, hi = s["pc_success_ci95"]
+        assert rows[0].split()[1:5] == [str(s["n_episodes"]), f"{s['pc_success']:.1f}", f"[{lo:.1f},", f"{hi:.1f}]"]
+    overall = [ln for ln in lines if ln.startswith("overall")]
+    assert len(overall) == 1
+    assert f"{info['overall']['pc_success']:.1f}" in overall[0]
+
+
+def test_summary_table_of_single_task_groups_has_no_duplicate_rows(cli, tmp_path):
+    res = cli("eval", "--env.type=fake", "--env.task=near,far", "--policy.type=expert", "--eval.n_episodes=2",
+              "--eval.mode=lockstep", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    firsts = [ln.split()[0] for ln in res.out.splitlines() if ln.split() and not ln.startswith("-")]
+    assert firsts[:4] == ["task", "near", "far", "overall"]
+
+
+@pytest.mark.metaworld
+def test_metaworld_eval_info(cli, tmp_path):
+    res = cli("eval", "--env.type=metaworld", "--env.task=reach-v3", "--policy.type=expert", "--eval.n_episodes=2",
+              "--eval.mode=lockstep", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    info = strict_json(tmp_path / "eval_info.json")
+    (task,) = info["per_task"]
+    assert (task["task_group"], task["task_id"], task["task"]) == ("reach-v3", 0, "reach-v3")
+    assert task["description"] == "Reach a goal position"
+    assert set(info["per_group"]) == {"reach-v3"}
+    from importlib import metadata
+
+    assert info["versions"]["metaworld"] == metadata.version("metaworld")
+    assert info["versions"]["mujoco"] == metadata.version("mujoco")
+    rows = [ln for ln in res.out.splitlines() if ln.startswith("reach-v3")]
+    assert len(rows) == 1
