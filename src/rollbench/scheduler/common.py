@@ -11,8 +11,8 @@ import numpy as np
 
 from rollbench.config.env import BenchmarkConfig
 from rollbench.config.policy import PolicyConfig
-from rollbench.plan import EpisodeUnit
 from rollbench.errors import PolicyError
+from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext, check_actions, make_policy
 
 
