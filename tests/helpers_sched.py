@@ -38,3 +38,33 @@ class CheapNaN:
 
 def cheap_nan_policy() -> CheapNaN:
     return CheapNaN()
+
+
+class PerTaskCounter:
+    """Lockstep-only policy with per-episode state rebound at reset (as LeRobot's are).
+
+    Its actions depend on the step count since reset, so two tasks sharing one instance
+    would corrupt each other's episodes; a shallow copy per task keeps them apart.
+    """
+
+    per_slot_state = False
+
+    def __init__(self) -> None:
+        self.weights = np.array([0.7, -0.4])  # shared by every copy
+        self.state: dict[str, int] = {}
+
+    def reset(self, slots: Any, episodes: Any) -> None:
+        self.state = {"t": 0}  # rebound, not mutated: private to this copy
+
+    def act(self, batch: dict[str, Any], slots: Any) -> np.ndarray:
+        import time
+
+        self.state["t"] += 1
+        time.sleep(0.0005)  # let the task threads interleave
+        pos = np.asarray(batch["observation.environment_state"])
+        direction = pos[:, 2:4] - pos[:, 0:2]
+        return np.clip(direction * self.weights * (1 + 0.1 * self.state["t"]), -1, 1).astype(np.float32)
+
+
+def per_task_counter_policy() -> PerTaskCounter:
+    return PerTaskCounter()

@@ -120,3 +120,18 @@ def test_policy_error_in_worker_stops_the_run(tmp_path: Path) -> None:
     assert r.rc == 1
     last = r.err.strip().splitlines()[-1]
     assert last.startswith("rollbench: error:") and "NaN" in last and "Traceback" not in r.err
+
+
+@pytest.mark.parametrize("policy", ["random", "module"])
+def test_lockstep_parallel_tasks_equal_sequential(cli, tmp_path: Path, lockstep_reference, policy: str) -> None:
+    """Several tasks at once, one shallow policy copy per task: same episodes as one at a time."""
+    flags = [f"--policy.type={policy}"]
+    if policy == "module":
+        flags.append("--policy.path=helpers_sched:per_task_counter_policy")
+    seq = cli(*FAKE, *flags, "--eval.mode=lockstep", "--eval.batch_size=4", f"--output_dir={tmp_path / 'seq'}")
+    par = cli(*FAKE, *flags, "--eval.mode=lockstep", "--eval.batch_size=4", "--eval.max_parallel_tasks=3",
+              "--eval.use_async_envs=true", f"--output_dir={tmp_path / 'par'}")
+    assert seq.rc == 0 and par.rc == 0, seq.err + par.err
+    assert per_episode(tmp_path / "par") == per_episode(tmp_path / "seq")
+    if policy == "random":
+        assert per_episode(tmp_path / "par") == lockstep_reference["random"]

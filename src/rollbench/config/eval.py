@@ -23,6 +23,9 @@ class EvalConfig:
         "continuous: slots reset into the next episode at once (needs per-slot policy state); "
         "lockstep: lerobot-eval's batches; auto: continuous when the policy allows it",
     )
+    max_parallel_tasks: int = opt(
+        1, "lockstep mode: tasks run at once (threads), each with a shallow policy copy (shared weights)"
+    )
     shard_id: int = opt(0, "which shard of the plan this process runs (0-based)")
     num_shards: int = opt(1, "how many shards the plan is split into")
     max_retries: int = opt(2, "times a unit is retried after its worker crashed or hung")
@@ -40,6 +43,8 @@ class EvalConfig:
                 f"--eval.shard_id={self.shard_id} is not allowed with --eval.num_shards="
                 f"{self.num_shards}; it must be in 0..{self.num_shards - 1}"
             )
+        if self.max_parallel_tasks < 1:
+            raise ConfigError(f"--eval.max_parallel_tasks={self.max_parallel_tasks} is not allowed; it must be >= 1")
         if self.max_retries < 0:
             raise ConfigError(f"--eval.max_retries={self.max_retries} is not allowed; it must be >= 0")
         if not self.step_timeout_s > 0:

@@ -121,7 +121,9 @@ def schedule(cfg: RunConfig, ctx: StepContext, units: list[EpisodeUnit], how: Pl
     if how.mode == "lockstep":
         from rollbench.scheduler.lockstep import run_lockstep
 
-        return run_lockstep(ctx, units, cfg.eval.lockstep_batch_size, cfg.eval.use_async_envs)
+        return run_lockstep(
+            ctx, units, cfg.eval.lockstep_batch_size, cfg.eval.use_async_envs, cfg.eval.max_parallel_tasks
+        )
     from rollbench.scheduler.continuous import PoolOptions, run_continuous
 
     opts = PoolOptions(

@@ -8,6 +8,7 @@ its own because rollbench must know whether the policy keeps per-slot state: set
 
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,10 @@ class ModulePolicy(Policy):
         self.name = name
         self.per_slot_state = bool(getattr(inner, "per_slot_state", True))  # type: ignore[misc]
         self.cheap = bool(getattr(inner, "cheap", False))  # type: ignore[misc]
+
+    def __copy__(self) -> ModulePolicy:
+        """A shallow copy of the user's object too: shared weights, its own episode state."""
+        return ModulePolicy(copy.copy(self.inner), self.name)
 
     def reset(self, slots: Sequence[int], episodes: Sequence[EpisodeStart]) -> None:
         reset = getattr(self.inner, "reset", None)

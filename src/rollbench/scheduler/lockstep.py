@@ -8,7 +8,10 @@ per-slot state, and the reference the continuous scheduler is checked against.
 
 from __future__ import annotations
 
+import copy
 import itertools
+import queue
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -27,29 +30,91 @@ def _by_task(units: Sequence[EpisodeUnit]) -> Iterator[list[EpisodeUnit]]:
 
 
 def run_lockstep(
-    ctx: StepContext, units: Sequence[EpisodeUnit], batch_size: int, use_async_envs: bool
+    ctx: StepContext, units: Sequence[EpisodeUnit], batch_size: int, use_async_envs: bool, max_parallel_tasks: int = 1
 ) -> Iterator[EpisodeRecord]:
-    """Run `units` (in plan order); yield each record as its episode ends."""
+    """Run `units` (in plan order); yield each record as its episode ends.
+
+    With `max_parallel_tasks` > 1, that many tasks run at once in threads, each with its
+    own vector env and its own shallow copy of the policy: the weights are shared, the
+    per-episode state is not (a shallow copy whose `reset` rebinds its state, as LeRobot's
+    policies do; our adapters key their state by slot, and each task gets its own slots).
+    Threads overlap well with async envs, whose steps wait on pipes.
+    """
     policy = ctx.make_policy()
+    tasks = list(_by_task(units))
     try:
-        for task_units in _by_task(units):
-            n_envs = min(batch_size, len(task_units))
-            vec = ctx.benchmark.make_vector_env(task_units[0].task, n_envs, use_async_envs)
-            try:
-                for start in range(0, len(task_units), n_envs):
-                    yield from _run_batch(ctx, policy, vec, task_units[start : start + n_envs], n_envs)
-            finally:
-                vec.close()
+        if max_parallel_tasks <= 1 or len(tasks) <= 1:
+            for task_units in tasks:
+                yield from _run_task(ctx, policy, task_units, batch_size, use_async_envs, 0, None)
+        else:
+            yield from _run_parallel(ctx, policy, tasks, batch_size, use_async_envs, max_parallel_tasks)
     finally:
         policy.close()
 
 
+def _run_task(
+    ctx: StepContext, policy: Policy, task_units: list[EpisodeUnit], batch_size: int, use_async_envs: bool,
+    slot_base: int, stop: threading.Event | None,
+) -> Iterator[EpisodeRecord]:
+    n_envs = min(batch_size, len(task_units))
+    vec = ctx.benchmark.make_vector_env(task_units[0].task, n_envs, use_async_envs)
+    try:
+        for start in range(0, len(task_units), n_envs):
+            if stop is not None and stop.is_set():
+                return
+            yield from _run_batch(ctx, policy, vec, task_units[start : start + n_envs], n_envs, slot_base)
+    finally:
+        vec.close()
+
+
+def _run_parallel(
+    ctx: StepContext, policy: Policy, tasks: list[list[EpisodeUnit]], batch_size: int, use_async_envs: bool,
+    max_parallel_tasks: int,
+) -> Iterator[EpisodeRecord]:
+    out: queue.Queue[tuple[str, Any]] = queue.Queue()
+    stop = threading.Event()
+    todo = list(enumerate(tasks))
+    lock = threading.Lock()
+
+    def runner() -> None:
+        while not stop.is_set():
+            with lock:
+                if not todo:
+                    return
+                index, task_units = todo.pop(0)
+            mine = copy.copy(policy)
+            try:
+                for rec in _run_task(ctx, mine, task_units, batch_size, use_async_envs, index * batch_size, stop):
+                    out.put(("record", rec))
+            except BaseException as err:  # handed to the consumer, which re-raises it
+                out.put(("error", err))
+                stop.set()
+                return
+
+    threads = [threading.Thread(target=runner, daemon=True) for _ in range(min(max_parallel_tasks, len(tasks)))]
+    for t in threads:
+        t.start()
+    try:
+        while any(t.is_alive() for t in threads) or not out.empty():
+            try:
+                kind, item = out.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+
+
 def _run_batch(
-    ctx: StepContext, policy: Policy, vec: Any, chunk: list[EpisodeUnit], n_envs: int
+    ctx: StepContext, policy: Policy, vec: Any, chunk: list[EpisodeUnit], n_envs: int, slot_base: int = 0
 ) -> Iterator[EpisodeRecord]:
     # a short last batch pads with copies of its first unit; their results are dropped
     padded = chunk + [chunk[0]] * (n_envs - len(chunk))
-    slots = list(range(n_envs))
+    slots = list(range(slot_base, slot_base + n_envs))
     obs, _ = vec.reset(seed=[u.seed for u in padded])
     policy.reset(slots, [ctx.episode_start(u) for u in padded])
     descriptions = [ctx.benchmark.task_description(u.task) for u in padded]
