@@ -63,3 +63,13 @@ def _mlp() -> MLPPolicy:
     if _NET is None:
         _NET = MLPPolicy()
     return _NET
+
+
+class CheapMLPPolicy(MLPPolicy):
+    """The same MLP, declared cheap: rollbench runs it inside every env worker."""
+
+    cheap = True
+
+
+def cheap_mlp_policy() -> CheapMLPPolicy:
+    return CheapMLPPolicy()

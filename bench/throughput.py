@@ -5,8 +5,9 @@
 
 Variants, each run on exactly the same units (MT10 x episodes, seeds 1000+i):
   ceiling     one raw loop per core: build env, reset(seed), step with the policy; no harness
-  continuous  rollbench continuous batching (default workers and slots)
-  lockstep    rollbench lockstep mode (--eval.batch_size, async envs: every env its own process)
+  continuous  rollbench continuous batching (default workers, slots and placement)
+  continuous-worker / continuous-driver   the same with --policy.placement forced
+  lockstep    rollbench lockstep mode (--eval.batch_size, sync envs: lerobot-eval's default)
   lerobot     lerobot-eval's loop re-created: one process, task by task, a SyncVectorEnv batch
               stepped until its slowest episode ends (finished envs keep stepping, masked)
 
@@ -24,6 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +66,9 @@ def ceiling(flags: dict[str, str], workload: str) -> tuple[float, int]:
     cfg = config_from_flags(flags)
     units = _units(cfg)
     n = cpu_count()
-    shares = [(cfg.env, units[i::n], workload) for i in range(n)]
+    # whole tasks per process, balanced by episode count: each task's env is built once
+    tasks = sorted({u.task for u in units})
+    shares = [(cfg.env, [u for u in units if tasks.index(u.task) % n == i], workload) for i in range(n)]
     start = time.perf_counter()
     with mp.get_context("forkserver").Pool(n) as pool:
         steps = sum(pool.map(_raw_share, shares))
@@ -86,22 +90,24 @@ def lerobot_style(flags: dict[str, str], batch_size: int) -> tuple[float, int]:
     for suite, names in cfg.env.tasks().items():
         for task_id, task in enumerate(names):
             units = [u for u in _units(cfg) if u.suite == suite and u.task_id == task_id]
-            for b in range(0, len(units), batch_size):
-                chunk = units[b : b + batch_size]
-                vec = gym.vector.SyncVectorEnv([lambda t=task: cfg.env.make_task_env(t) for _ in chunk])
-                obs, _ = vec.reset(seed=[u.seed for u in chunk])
-                slots = list(range(len(chunk)))
-                policy.reset(slots, [ctx.episode_start(u) for u in chunk])
+            n_envs = min(batch_size, len(units))
+            vec = gym.vector.SyncVectorEnv([lambda t=task: cfg.env.make_task_env(t) for _ in range(n_envs)])
+            for b in range(0, len(units), n_envs):
+                chunk = units[b : b + n_envs]
+                padded = chunk + [chunk[0]] * (n_envs - len(chunk))
+                obs, _ = vec.reset(seed=[u.seed for u in padded])
+                slots = list(range(n_envs))
+                policy.reset(slots, [ctx.episode_start(u) for u in padded])
                 trackers = [EpisodeTracker(u, cfg.env.effective_max_steps(task), cfg.env.success) for u in chunk]
-                done = np.zeros(len(chunk), bool)
+                done = np.array([i >= len(chunk) for i in range(n_envs)])
                 while not done.all():
-                    actions = ctx.act(policy, obs, slots, [task] * len(chunk))
+                    actions = ctx.act(policy, obs, slots, [task] * n_envs)
                     obs, rew, term, trunc, info = vec.step(actions)
-                    infos = split_vector_info(info, len(chunk))
+                    infos = split_vector_info(info, n_envs)
                     for i in np.flatnonzero(~done):
                         done[i] = trackers[i].update(rew[i], term[i], trunc[i], infos[i])
                 steps += sum(t.n_steps for t in trackers)
-                vec.close()
+            vec.close()
     return time.perf_counter() - start, steps
 
 
@@ -117,11 +123,13 @@ def via_rollbench(flags: dict[str, str], extra: dict[str, str]) -> tuple[float, 
 
 
 def main() -> None:
+    warnings.filterwarnings("ignore", message="Constant")  # MetaWorld's experts, every step
+    os.environ["PYTHONWARNINGS"] = "ignore::UserWarning"  # the same, in worker processes
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", choices=sorted(WORKLOADS), default="mt10-expert")
     ap.add_argument("--episodes", type=int, default=5, help="episodes per task")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--batch-size", type=int, default=5, help="lockstep / lerobot-style batch")
+    ap.add_argument("--batch-size", type=int, default=10, help="lockstep / lerobot-style batch (sync envs)")
     ap.add_argument("--variants", default="ceiling,continuous,lockstep,lerobot")
     args = ap.parse_args()
 
@@ -129,9 +137,9 @@ def main() -> None:
     runs = {
         "ceiling": lambda: ceiling(flags, args.workload),
         "continuous": lambda: via_rollbench(flags, {"eval.mode": "continuous"}),
-        "lockstep": lambda: via_rollbench(
-            flags, {"eval.mode": "lockstep", "eval.batch_size": str(args.batch_size), "eval.use_async_envs": "true"}
-        ),
+        "continuous-worker": lambda: via_rollbench(flags, {"eval.mode": "continuous", "policy.placement": "worker"}),
+        "continuous-driver": lambda: via_rollbench(flags, {"eval.mode": "continuous", "policy.placement": "driver"}),
+        "lockstep": lambda: via_rollbench(flags, {"eval.mode": "lockstep", "eval.batch_size": str(args.batch_size)}),
         "lerobot": lambda: lerobot_style(flags, args.batch_size),
     }
     variants = [v.strip() for v in args.variants.split(",")]

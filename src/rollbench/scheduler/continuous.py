@@ -193,6 +193,8 @@ class ContinuousScheduler:
     def _fill(self, w: WorkerHandle) -> None:
         """Top up w's slots (current + one prefetched while work is plentiful) and send."""
         depth = 2 if len(self.queue) >= self.n_slots_total else 1
+        if not len(self.queue) or all(len(q) >= depth for q in w.slots):
+            return
         assigned = []
         busy_elsewhere = {q[0][0].task for o in self.workers if o is not w for q in o.slots if q}
         for i, q in enumerate(w.slots):
@@ -214,6 +216,7 @@ class ContinuousScheduler:
             yield EpisodeRecord.failed(unit, error, worker, attempt, 0.0)
 
     def _absorb(self, w: WorkerHandle, report: Report) -> Iterator[EpisodeRecord]:
+        ended = False
         for event in report.events:
             if event[0] == "started":
                 w.started[event[1]] = True
@@ -222,14 +225,17 @@ class ContinuousScheduler:
                 unit, _ = w.slots[i].popleft()
                 assert unit.key == rec.key, (unit.key, rec.key)
                 w.started[i] = False
+                ended = True
                 yield rec
             else:
+                ended = True
                 yield from self._slot_error(w, event[1])
         started = [(i, u) for i, u in report.started() if w.started[i] and w.slots[i] and w.slots[i][0][0] == u]
         if started and self.policy is not None:
             k = self.opts.slots_per_worker
             self.policy.reset([w.index * k + i for i, _ in started], [self.ctx.episode_start(u) for _, u in started])
-        self._close_finished_tasks()
+        if ended:
+            self._close_finished_tasks()
 
     def _slot_error(self, w: WorkerHandle, err: SlotError) -> Iterator[EpisodeRecord]:
         unit, attempt = w.slots[err.slot].popleft()
