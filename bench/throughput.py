@@ -158,10 +158,9 @@ def main() -> None:
           f"median of {args.repeats}")
     for v in variants:
         print(f"  {v:<10} {med[v]:8.0f} env-steps/s")
-    if "continuous" in med:
-        for v in variants:
-            if v != "continuous":
-                print(f"  continuous / {v:<10} = {med['continuous'] / med[v]:.2f}")
+    for c in (v for v in variants if v.startswith("continuous")):
+        for v in (v for v in variants if not v.startswith("continuous")):
+            print(f"  {c} / {v} = {med[c] / med[v]:.2f}")
 
 
 if __name__ == "__main__":

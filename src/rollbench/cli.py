@@ -223,7 +223,12 @@ def cmd_eval(flags: dict[str, str]) -> int:
     print(f"\n{result.ran} episodes run ({result.mode} mode); {status} results in {os.path.join(cfg.output_dir, 'eval_info.json')}")
     failed = result.failed
     if failed:
-        print(f"{failed} episodes failed (infrastructure errors, not counted in success rates); see eval_info.json 'per_task[].failed'")
+        shown = [(t["task_group"], t["task"], f) for t in result.info["per_task"] for f in t["failed"]][:5]
+        for group, task, f in shown:
+            first = (f["error"] or "").strip().splitlines()[0] if f["error"] else "unknown error"
+            print(f"failed: {group}/{task} episode {f['episode_index']}: {first}", file=sys.stderr)
+        print(f"{failed} episodes failed (infrastructure errors, not counted in success rates); "
+              f"full errors in eval_info.json 'per_task[].failed'; rerun the same command to retry them")
         return 1
     return 0
 

@@ -260,6 +260,10 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
             worker.run_worker_placement()
         else:
             worker.run_driver_placement()
+        import resource
+
+        peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        print(f"worker {spec.index} (pid {os.getpid()}) done: peak RSS {peak_mib:.0f} MiB", file=sys.stderr, flush=True)
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the driver went away
     except RollbenchError as err:
