@@ -135,3 +135,22 @@ def test_lockstep_parallel_tasks_equal_sequential(cli, tmp_path: Path, lockstep_
     assert per_episode(tmp_path / "par") == per_episode(tmp_path / "seq")
     if policy == "random":
         assert per_episode(tmp_path / "par") == lockstep_reference["random"]
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        pytest.param(["--env.type=metaworld", "--env.task=reach-v3", "--env.obs_type=pixels_agent_pos",
+                      "--env.observation_width=48", "--env.observation_height=48", "--env.episode_length=12"],
+                     marks=pytest.mark.metaworld, id="metaworld-pixels"),
+        pytest.param(["--env.type=pusht", "--env.episode_length=15"], marks=pytest.mark.pusht, id="pusht-pixels"),
+    ],
+)
+def test_pixel_observations_through_shared_memory(cli, tmp_path: Path, env: list[str]) -> None:
+    """Images travel through the workers' shared memory; results equal lockstep's."""
+    base = ["eval", *env, "--policy.type=module", "--policy.path=helpers_sched:image_mean_policy", "--eval.n_episodes=3"]
+    a = cli(*base, "--eval.mode=lockstep", f"--output_dir={tmp_path / 'a'}")
+    b = cli(*base, "--eval.mode=continuous", "--policy.placement=driver", "--workers=2", f"--output_dir={tmp_path / 'b'}")
+    assert a.rc == 0 and b.rc == 0, a.err + b.err
+    assert per_episode(tmp_path / "a") == per_episode(tmp_path / "b")
+    assert len(per_episode(tmp_path / "a")) == 3
