@@ -22,10 +22,11 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
-# A real evaluation: MetaWorld MT10, its scripted experts, 10 episodes per task, on CPU.
+# A real evaluation: MetaWorld MT10, its scripted experts, 10 episodes per task, on CPU,
+# with a video of each task's first episode (outputs/demo/videos/).
 demo: $(VENV)/.installed
 	$(BIN)/rollbench eval --env.type=metaworld --env.task=mt10 --policy.type=expert \
-		--eval.n_episodes=10 --output_dir=outputs/demo --resume=false
+		--eval.n_episodes=10 --eval.max_episodes_rendered=1 --output_dir=outputs/demo --resume=false
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests bench

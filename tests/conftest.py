@@ -18,6 +18,15 @@ REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
 
+def _quiet(args: tuple[str, ...]) -> list[str]:
+    """Tests render no videos unless they ask: rollbench's default (10 per task) would make
+    every MetaWorld test render hundreds of CPU frames. Video tests pass the flag."""
+    out = list(args)
+    if out[:1] == ["eval"] and not any(a.startswith("--eval.max_episodes_rendered") for a in out):
+        out.append("--eval.max_episodes_rendered=0")
+    return out
+
+
 @dataclass
 class CliResult:
     rc: int
@@ -30,7 +39,7 @@ def cli(capsys: pytest.CaptureFixture[str]):
     """Run `rollbench ARGS` in this process; returns CliResult(rc, stdout, stderr)."""
 
     def run(*args: str) -> CliResult:
-        rc = main(list(args))
+        rc = main(_quiet(args))
         captured = capsys.readouterr()
         return CliResult(rc, captured.out, captured.err)
 
@@ -47,7 +56,7 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 def run_subprocess(*args: str, timeout: float = 300, **env: str) -> CliResult:
     """Run `python -m rollbench ARGS` as a real process (tests/ on PYTHONPATH for plugins)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "rollbench", *args],
+        [sys.executable, "-m", "rollbench", *_quiet(args)],
         capture_output=True, text=True, timeout=timeout, env=subprocess_env(**env), cwd=REPO,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)

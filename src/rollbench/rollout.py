@@ -7,10 +7,12 @@ An episode ends at termination, truncation or the benchmark's step limit; its su
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,7 +42,7 @@ class EpisodeTracker:
             self.success = True
         return bool(terminated or truncated or self.n_steps >= self.max_steps)
 
-    def record(self, worker: str, attempt: int = 0) -> EpisodeRecord:
+    def record(self, worker: str, attempt: int = 0, video_path: str | None = None) -> EpisodeRecord:
         return EpisodeRecord.from_unit(
             self.unit,
             success=self.success,
@@ -51,6 +53,7 @@ class EpisodeTracker:
             worker=worker,
             attempt=attempt,
             finished_at=time.time(),
+            video_path=video_path,
         )
 
 
@@ -72,3 +75,40 @@ def split_vector_info(info: Mapping[str, Any], n: int) -> list[dict[str, Any]]:
                 continue
             out[i][key] = arr[i] if arr is not None and len(arr) == n else value
     return out
+
+
+@dataclass(frozen=True)
+class VideoPlan:
+    """Which episodes get a video: episode_index < max_episodes_rendered, per task."""
+
+    output_dir: str
+    max_episodes_rendered: int
+    fps: int
+
+    def wants(self, unit: EpisodeUnit) -> bool:
+        return unit.episode_index < self.max_episodes_rendered
+
+    def relpath(self, unit: EpisodeUnit) -> str:
+        return f"videos/{unit.suite}_{unit.task_id}/episode_{unit.episode_index}.mp4"
+
+    def output_dir_path(self, unit: EpisodeUnit) -> Path:
+        return Path(self.output_dir) / self.relpath(unit)
+
+
+_render_warned: set[str] = set()
+
+
+def grab_frame(env: Any, label: str) -> Any:
+    """env.render(), or None (warned once per task) when the env cannot render."""
+    if getattr(env, "render_mode", None) != "rgb_array":
+        if label not in _render_warned:
+            _render_warned.add(label)
+            logging.getLogger(__name__).warning("%s: env has no rgb_array rendering; no video", label)
+        return None
+    try:
+        return env.render()
+    except Exception as err:  # a video must never take an episode down
+        if label not in _render_warned:
+            _render_warned.add(label)
+            logging.getLogger(__name__).warning("%s: rendering failed (%s: %s); no video", label, type(err).__name__, err)
+        return None

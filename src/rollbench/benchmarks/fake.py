@@ -32,6 +32,7 @@ class CountdownEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
     def __init__(self, scale: float, max_steps: int, step_sleep_s: float = 0.0) -> None:
+        self.render_mode = "rgb_array"
         self.scale = scale
         self.max_steps = max_steps
         self.step_sleep_s = step_sleep_s
@@ -42,8 +43,8 @@ class CountdownEnv(gym.Env):
                 "environment_state": gym.spaces.Box(-10.0, 10.0, (4,), np.float64),
             }
         )
-        self._pos = np.zeros(2)
-        self._target = np.zeros(2)
+        self._pos: np.ndarray = np.zeros(2)
+        self._target: np.ndarray = np.zeros(2)
         self._t = 0
 
     def _obs(self) -> dict[str, np.ndarray]:
@@ -55,6 +56,14 @@ class CountdownEnv(gym.Env):
         self._pos = np.zeros(2)
         self._t = 0
         return self._obs(), {"is_success": False}
+
+    def render(self) -> np.ndarray:
+        """A 32x32 picture: the target in red, the point in green."""
+        img = np.zeros((32, 32, 3), dtype=np.uint8)
+        for pos, channel in ((self._target, 0), (self._pos, 1)):
+            x, y = (np.clip(pos / (2 * max(self.scale, 1.0)) + 0.5, 0, 1) * 31).astype(int)
+            img[max(0, y - 1) : y + 2, max(0, x - 1) : x + 2, channel] = 255
+        return img
 
     def step(self, action: np.ndarray) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         if self.step_sleep_s:

@@ -26,6 +26,9 @@ class EvalConfig:
     max_parallel_tasks: int = opt(
         1, "lockstep mode: tasks run at once (threads), each with a shallow policy copy (shared weights)"
     )
+    max_episodes_rendered: int = opt(
+        10, "videos of the first K episodes of every task (videos/<group>_<task_id>/episode_<i>.mp4); 0: no rendering"
+    )
     shard_id: int = opt(0, "which shard of the plan this process runs (0-based)")
     num_shards: int = opt(1, "how many shards the plan is split into")
     max_retries: int = opt(2, "times a unit is retried after its worker crashed or hung")
@@ -45,6 +48,8 @@ class EvalConfig:
             )
         if self.max_parallel_tasks < 1:
             raise ConfigError(f"--eval.max_parallel_tasks={self.max_parallel_tasks} is not allowed; it must be >= 1")
+        if self.max_episodes_rendered < 0:
+            raise ConfigError(f"--eval.max_episodes_rendered={self.max_episodes_rendered} is not allowed; it must be >= 0")
         if self.max_retries < 0:
             raise ConfigError(f"--eval.max_retries={self.max_retries} is not allowed; it must be >= 0")
         if not self.step_timeout_s > 0:

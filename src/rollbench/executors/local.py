@@ -23,11 +23,14 @@ from rollbench.errors import ConfigError, RollbenchError, RunInterrupted
 from rollbench.plan import EpisodeUnit, make_plan, pending, shard
 from rollbench.policies.base import Policy
 from rollbench.progress import Progress
+from rollbench.rendering import apply_backend, choose_backend
 from rollbench.results.log import EpisodeLog, read_records, writer_name
 from rollbench.results.merge import Merged, merge
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.store import EVAL_INFO, prepare, write_json_atomic
 from rollbench.results.summary import eval_info
+from rollbench.results.video import check_encoder
+from rollbench.rollout import VideoPlan
 from rollbench.scheduler.common import StepContext
 
 log = logging.getLogger(__name__)
@@ -67,7 +70,7 @@ def write_eval_info(output_dir: Path, merged: Merged, cfg: RunConfig | None, ext
     descriptions = {}
     if cfg is not None:
         descriptions = {u.task: cfg.env.task_description(u.task) for u in merged.plan}
-    info = eval_info(merged, descriptions)
+    info = eval_info(merged, descriptions, output_dir)
     info.update(extra)
     write_json_atomic(output_dir / EVAL_INFO, info)
     return info
@@ -101,6 +104,12 @@ def default_slots(step_cost_ms: float, placement: str) -> int:
     return max(1, min(8, math.ceil(1.5 / max(step_cost_ms, 1e-3))))
 
 
+def video_plan(cfg: RunConfig) -> VideoPlan | None:
+    if cfg.eval.max_episodes_rendered == 0:
+        return None
+    return VideoPlan(cfg.output_dir, cfg.eval.max_episodes_rendered, cfg.env.fps)
+
+
 def decide(cfg: RunConfig, policy: Policy) -> Plan:
     mode = cfg.eval.mode
     if mode == "auto":
@@ -122,14 +131,16 @@ def schedule(cfg: RunConfig, ctx: StepContext, units: list[EpisodeUnit], how: Pl
         from rollbench.scheduler.lockstep import run_lockstep
 
         return run_lockstep(
-            ctx, units, cfg.eval.lockstep_batch_size, cfg.eval.use_async_envs, cfg.eval.max_parallel_tasks
+            ctx, units, cfg.eval.lockstep_batch_size, cfg.eval.use_async_envs, cfg.eval.max_parallel_tasks,
+            video_plan(cfg),
         )
     from rollbench.scheduler.continuous import PoolOptions, run_continuous
 
     opts = PoolOptions(
         workers=how.workers, slots_per_worker=how.slots_per_worker, placement=how.placement,
         max_retries=cfg.eval.max_retries, step_timeout_s=cfg.eval.step_timeout_s,
-        log_dir=Path(cfg.output_dir) / "logs",
+        log_dir=Path(cfg.output_dir) / "logs", gl_backend=os.environ.get("MUJOCO_GL", "egl"),
+        video=video_plan(cfg),
     )
     return run_continuous(ctx, units, opts)
 
@@ -150,7 +161,10 @@ def run_eval(cfg: RunConfig, progress_stream: Any = None) -> RunResult:
     probe = ctx.make_policy()  # a bad policy fails here, before any output is written
     how = decide(cfg, probe)
     probe.close()
-    os.environ.setdefault("MUJOCO_GL", "egl")  # before any worker or GL import; see rendering docs
+    if cfg.eval.max_episodes_rendered:
+        check_encoder()
+    backend = choose_backend(cfg.render_device)
+    apply_backend(backend)  # before anything here imports MuJoCo; workers get it in their spec
     continuing = prepare(output_dir, cfg.identity(), cfg.to_dict(), cfg.resume)
     before = merge(read_records(output_dir), plan)
     mine = shard(plan, cfg.eval.shard_id, cfg.eval.num_shards)
@@ -179,7 +193,7 @@ def run_eval(cfg: RunConfig, progress_stream: Any = None) -> RunResult:
         log.warning("%d units have conflicting results in the logs; see eval_info.json 'conflicts'", len(merged.conflicts))
     info = write_eval_info(
         output_dir, merged, cfg,
-        {"mode": how.mode, "scheduling": dataclasses.asdict(how), "config": cfg.to_dict(), "versions": versions(cfg), "this_run_s": time.time() - started},
+        {"mode": how.mode, "scheduling": {**dataclasses.asdict(how), "gl_backend": backend}, "config": cfg.to_dict(), "versions": versions(cfg), "this_run_s": time.time() - started},
     )
     if not cfg.eval.num_shards > 1 and merged.missing:
         raise RollbenchError(f"internal: {len(merged.missing)} planned units are missing after the run")

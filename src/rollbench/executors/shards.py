@@ -32,8 +32,10 @@ from typing import IO, Any
 
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError, RunInterrupted
+from rollbench.executors.local import cpu_count
 from rollbench.plan import EpisodeUnit, UnitKey, shard
 from rollbench.progress import Progress
+from rollbench.rendering import Gpu, assign_gpus, find_gpus, gl_backend
 from rollbench.results.log import log_files, read_records
 from rollbench.results.merge import merge
 from rollbench.results.records import EpisodeRecord
@@ -47,76 +49,6 @@ STOP_GRACE_S = 10.0
 TAIL_LINES = 15
 # flags the launcher sets per child; the user's values are replaced
 _CHILD_FLAGS = ("eval.shard_id", "launch", "output_dir", "resume")
-
-
-# -- where each child renders ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Gpu:
-    index: int
-    free_mib: int | None
-
-
-def parse_nvidia_smi(text: str) -> list[Gpu]:
-    """`nvidia-smi --query-gpu=index,memory.free --format=csv,noheader,nounits` -> GPUs."""
-    gpus = []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if not parts or not parts[0].isdigit():
-            continue
-        free = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
-        gpus.append(Gpu(int(parts[0]), free))
-    return gpus
-
-
-def find_gpus() -> list[Gpu]:
-    """The GPUs nvidia-smi sees (none when it is missing or fails), restricted to
-    $CUDA_VISIBLE_DEVICES when that lists indices."""
-    try:
-        proc = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,memory.free", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=15, check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return []
-    if proc.returncode != 0:
-        return []
-    gpus = parse_nvidia_smi(proc.stdout)
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and all(p.strip().isdigit() for p in visible.split(",") if p.strip()):
-        allowed = [int(p) for p in visible.split(",") if p.strip()]
-        gpus = [g for g in gpus if g.index in allowed]
-    return gpus
-
-
-def osmesa_loadable() -> bool:
-    for name in filter(None, (ctypes.util.find_library("OSMesa"), "libOSMesa.so", "libOSMesa.so.8", "libOSMesa.so.6")):
-        try:
-            ctypes.CDLL(name)
-            return True
-        except OSError:
-            continue
-    return False
-
-
-def gl_backend(render_device: str, gpus: Sequence[Gpu]) -> str:
-    """MUJOCO_GL for `--render_device`: gpu -> egl; cpu -> osmesa if loadable, else egl;
-    auto -> egl when a GPU is visible, else the cpu choice."""
-    if render_device == "gpu" or (render_device == "auto" and gpus):
-        return "egl"
-    return "osmesa" if osmesa_loadable() else "egl"
-
-
-def assign_gpus(gpus: Sequence[Gpu], num_shards: int) -> list[Gpu | None]:
-    """Shard K -> a GPU, round-robin, the one with the most free memory first.
-
-    With fewer than two GPUs nothing is assigned: every child sees what the parent sees.
-    """
-    if len(gpus) < 2:
-        return [None] * num_shards
-    order = sorted(gpus, key=lambda g: (-(g.free_mib or 0), g.index))
-    return [order[k % len(order)] for k in range(num_shards)]
 
 
 def child_env(base: dict[str, str], gl: str, gpu: Gpu | None) -> dict[str, str]:
@@ -140,13 +72,6 @@ def user_flags(flags: dict[str, str], cfg: RunConfig) -> list[str]:
     return [*out, f"--output_dir={cfg.output_dir}"]
 
 
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def child_argv(flags: dict[str, str], cfg: RunConfig, shard_id: int) -> list[str]:
     # resume=true: the parent already applied --resume=false once, in prepare()
     argv = [
@@ -155,7 +80,7 @@ def child_argv(flags: dict[str, str], cfg: RunConfig, shard_id: int) -> list[str
     ]
     if cfg.workers is None:
         # the shards share this machine's cores instead of each taking all of them
-        argv.append(f"--workers={max(1, cores() // cfg.eval.num_shards)}")
+        argv.append(f"--workers={max(1, cpu_count() // cfg.eval.num_shards)}")
     return argv
 
 

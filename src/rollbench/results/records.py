@@ -32,6 +32,7 @@ class EpisodeRecord:
     worker: str = ""
     attempt: int = 0
     finished_at: float = 0.0  # unix time the episode ended
+    video_path: str | None = None  # relative to the output dir
     writer: str = ""  # the log file (process) that wrote it; filled in on read
 
     @classmethod

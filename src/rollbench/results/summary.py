@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rollbench.plan import EpisodeUnit
@@ -76,9 +77,17 @@ def busy_seconds(records: Sequence[EpisodeRecord]) -> float:
     return total
 
 
-def eval_info(merged: Merged, descriptions: dict[str, str] | None = None) -> dict[str, Any]:
-    """The `eval_info.json` body (without config and versions)."""
+def eval_info(merged: Merged, descriptions: dict[str, str] | None = None, root: Path | None = None) -> dict[str, Any]:
+    """The `eval_info.json` body (without config and versions).
+
+    `video_paths` lists the videos (relative to the output dir) of the task's episodes
+    that exist under `root`: a video whose writer was killed before it finished is absent.
+    """
     descriptions = descriptions or {}
+
+    def videos(recs: Sequence[EpisodeRecord]) -> list[str]:
+        return [r.video_path for r in recs if r.video_path and (root is None or (root / r.video_path).is_file())]
+
     by_task: dict[tuple[str, int], list[EpisodeUnit]] = defaultdict(list)
     for unit in merged.plan:
         by_task[(unit.suite, unit.task_id)].append(unit)
@@ -102,7 +111,7 @@ def eval_info(merged: Merged, descriptions: dict[str, str] | None = None) -> dic
                     "sum_rewards": [r.sum_reward for r in ok],
                     "max_rewards": [r.max_reward for r in ok],
                     "successes": [r.success for r in ok],
-                    "video_paths": [],
+                    "video_paths": videos(ok),
                     "seeds": [r.seed for r in ok],
                     "episode_ix": [r.episode_index for r in ok],
                     "n_steps": [r.n_steps for r in ok],
@@ -112,7 +121,7 @@ def eval_info(merged: Merged, descriptions: dict[str, str] | None = None) -> dic
             }
         )
     per_group = {
-        g: {**aggregate(recs, group_failed[g]), "video_paths": []} for g, recs in group_records.items()
+        g: {**aggregate(recs, group_failed[g]), "video_paths": videos(recs)} for g, recs in group_records.items()
     }
     all_ok = [r for recs in group_records.values() for r in recs]
     eval_s = busy_seconds(list(merged.records.values()))
@@ -120,7 +129,7 @@ def eval_info(merged: Merged, descriptions: dict[str, str] | None = None) -> dic
         **aggregate(all_ok, len(merged.failed)),
         "eval_s": eval_s,
         "eval_ep_s": eval_s / max(1, len(all_ok)),
-        "video_paths": [],
+        "video_paths": videos(all_ok),
     }
     return {
         "status": "complete" if merged.complete else "partial",

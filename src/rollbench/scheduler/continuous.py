@@ -17,6 +17,7 @@ results do not depend on the mode, worker count or slot count.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import signal
@@ -35,6 +36,7 @@ from rollbench.errors import ConfigError, PolicyError, WorkerError
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
 from rollbench.results.records import EpisodeRecord
+from rollbench.rollout import VideoPlan
 from rollbench.scheduler.common import StepContext
 from rollbench.scheduler.shm import ArraySpec, SlotBuffer, obs_layout, shm_dir, stack_any
 from rollbench.scheduler.worker import Report, SlotError, WorkerSpec, worker_main
@@ -50,6 +52,8 @@ class PoolOptions:
     max_retries: int
     step_timeout_s: float
     log_dir: Path
+    gl_backend: str = "egl"
+    video: VideoPlan | None = None
 
 
 class UnitQueue:
@@ -159,7 +163,8 @@ class ContinuousScheduler:
         spec = WorkerSpec(
             index=index, n_slots=k, benchmark=self.ctx.benchmark,
             policy=self.ctx.policy_config if self.opts.placement == "worker" else None,
-            layout=self.layout, buffer_path=path, log_path=str(log_path),
+            layout=self.layout, buffer_path=path, log_path=str(log_path), gl_backend=self.opts.gl_backend,
+            video=self.opts.video,
         )
         with open(log_path, "a", encoding="utf-8") as fh:
             fh.write(f"--- worker {index} starting at {time.strftime('%H:%M:%S')} ---\n")
@@ -176,7 +181,7 @@ class ContinuousScheduler:
                 w.conn.send(("stop",))
             except (BrokenPipeError, OSError):
                 pass
-            w.process.join(timeout=5)
+            w.process.join(timeout=120)  # a worker finishes encoding its videos before it exits
         if w.process.is_alive():
             w.process.kill()
             w.process.join(timeout=5)
@@ -325,7 +330,15 @@ class ContinuousScheduler:
     def run(self) -> Iterator[EpisodeRecord]:
         self.opts.log_dir.mkdir(parents=True, exist_ok=True)
         try:
-            self.workers = [self._spawn(i) for i in range(self.opts.workers)]
+            # one BLAS/OpenMP thread per worker: N workers with a full pool each oversubscribe
+            # the cores (the forkserver, started by the first spawn, passes this on)
+            prev = os.environ.get("OMP_NUM_THREADS")
+            os.environ.setdefault("OMP_NUM_THREADS", "1")
+            try:
+                self.workers = [self._spawn(i) for i in range(self.opts.workers)]
+            finally:
+                if prev is None:
+                    os.environ.pop("OMP_NUM_THREADS", None)
             if self.opts.placement == "worker":
                 yield from self._run_worker_placement()
             else:
@@ -420,5 +433,5 @@ def run_continuous(ctx: StepContext, units: list[EpisodeUnit], opts: PoolOptions
     if not units:
         return iter(())
     workers = max(1, min(opts.workers, -(-len(units) // opts.slots_per_worker)))
-    opts = PoolOptions(workers, opts.slots_per_worker, opts.placement, opts.max_retries, opts.step_timeout_s, opts.log_dir)
+    opts = dataclasses.replace(opts, workers=workers)
     return ContinuousScheduler(ctx, units, opts).run()

@@ -13,6 +13,7 @@ import itertools
 import queue
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,8 @@ import numpy as np
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
 from rollbench.results.records import EpisodeRecord
-from rollbench.rollout import EpisodeTracker, split_vector_info
+from rollbench.results.video import VideoRecorder
+from rollbench.rollout import EpisodeTracker, VideoPlan, grab_frame, split_vector_info
 from rollbench.scheduler.common import StepContext
 
 
@@ -30,7 +32,8 @@ def _by_task(units: Sequence[EpisodeUnit]) -> Iterator[list[EpisodeUnit]]:
 
 
 def run_lockstep(
-    ctx: StepContext, units: Sequence[EpisodeUnit], batch_size: int, use_async_envs: bool, max_parallel_tasks: int = 1
+    ctx: StepContext, units: Sequence[EpisodeUnit], batch_size: int, use_async_envs: bool, max_parallel_tasks: int = 1,
+    video: VideoPlan | None = None,
 ) -> Iterator[EpisodeRecord]:
     """Run `units` (in plan order); yield each record as its episode ends.
 
@@ -42,19 +45,39 @@ def run_lockstep(
     """
     policy = ctx.make_policy()
     tasks = list(_by_task(units))
+    rec = _Recording(video, VideoRecorder()) if video is not None else None
     try:
         if max_parallel_tasks <= 1 or len(tasks) <= 1:
             for task_units in tasks:
-                yield from _run_task(ctx, policy, task_units, batch_size, use_async_envs, 0, None)
+                yield from _run_task(ctx, policy, task_units, batch_size, use_async_envs, 0, None, rec)
         else:
-            yield from _run_parallel(ctx, policy, tasks, batch_size, use_async_envs, max_parallel_tasks)
+            yield from _run_parallel(ctx, policy, tasks, batch_size, use_async_envs, max_parallel_tasks, rec)
     finally:
         policy.close()
+        if rec is not None:
+            rec.recorder.close()
+
+
+@dataclass
+class _Recording:
+    plan: VideoPlan
+    recorder: VideoRecorder
+
+    def frames(self, vec: Any, rows: list[int], label: str) -> list[Any]:
+        """Frames of the vector env's `rows` (an async env renders all of its envs)."""
+        envs = getattr(vec, "envs", None)
+        if envs is not None:
+            return [grab_frame(envs[i], label) for i in rows]
+        try:
+            all_frames = vec.call("render")
+        except Exception:
+            return [None] * len(rows)
+        return [all_frames[i] for i in rows]
 
 
 def _run_task(
     ctx: StepContext, policy: Policy, task_units: list[EpisodeUnit], batch_size: int, use_async_envs: bool,
-    slot_base: int, stop: threading.Event | None,
+    slot_base: int, stop: threading.Event | None, rec: _Recording | None = None,
 ) -> Iterator[EpisodeRecord]:
     n_envs = min(batch_size, len(task_units))
     vec = ctx.benchmark.make_vector_env(task_units[0].task, n_envs, use_async_envs)
@@ -62,14 +85,14 @@ def _run_task(
         for start in range(0, len(task_units), n_envs):
             if stop is not None and stop.is_set():
                 return
-            yield from _run_batch(ctx, policy, vec, task_units[start : start + n_envs], n_envs, slot_base)
+            yield from _run_batch(ctx, policy, vec, task_units[start : start + n_envs], n_envs, slot_base, rec)
     finally:
         vec.close()
 
 
 def _run_parallel(
     ctx: StepContext, policy: Policy, tasks: list[list[EpisodeUnit]], batch_size: int, use_async_envs: bool,
-    max_parallel_tasks: int,
+    max_parallel_tasks: int, rec: _Recording | None,
 ) -> Iterator[EpisodeRecord]:
     out: queue.Queue[tuple[str, Any]] = queue.Queue()
     stop = threading.Event()
@@ -84,8 +107,8 @@ def _run_parallel(
                 index, task_units = todo.pop(0)
             mine = copy.copy(policy)
             try:
-                for rec in _run_task(ctx, mine, task_units, batch_size, use_async_envs, index * batch_size, stop):
-                    out.put(("record", rec))
+                for record in _run_task(ctx, mine, task_units, batch_size, use_async_envs, index * batch_size, stop, rec):
+                    out.put(("record", record))
             except BaseException as err:  # handed to the consumer, which re-raises it
                 out.put(("error", err))
                 stop.set()
@@ -110,7 +133,8 @@ def _run_parallel(
 
 
 def _run_batch(
-    ctx: StepContext, policy: Policy, vec: Any, chunk: list[EpisodeUnit], n_envs: int, slot_base: int = 0
+    ctx: StepContext, policy: Policy, vec: Any, chunk: list[EpisodeUnit], n_envs: int, slot_base: int = 0,
+    rec: _Recording | None = None,
 ) -> Iterator[EpisodeRecord]:
     # a short last batch pads with copies of its first unit; their results are dropped
     padded = chunk + [chunk[0]] * (n_envs - len(chunk))
@@ -121,11 +145,26 @@ def _run_batch(
     rule = ctx.benchmark.success
     trackers = [EpisodeTracker(u, ctx.benchmark.effective_max_steps(u.task), rule) for u in chunk]
     active = np.array([i < len(chunk) for i in range(n_envs)])
+    filmed = [i for i, u in enumerate(chunk) if rec is not None and rec.plan.wants(u)]
+    label = chunk[0].task
+    if rec is not None and filmed:
+        for i in filmed:
+            rec.recorder.start((chunk[i].key, slot_base), rec.plan.output_dir_path(chunk[i]), rec.plan.fps)
+        for i, frame in zip(filmed, rec.frames(vec, filmed, label), strict=True):
+            rec.recorder.add((chunk[i].key, slot_base), frame)
     while active.any():
         actions = ctx.act(policy, obs, slots, descriptions)
         obs, rewards, terminated, truncated, info = vec.step(actions)
         infos = split_vector_info(info, n_envs)
+        if rec is not None and filmed:
+            rows = [i for i in filmed if active[i]]
+            for i, frame in zip(rows, rec.frames(vec, rows, label), strict=True):
+                rec.recorder.add((chunk[i].key, slot_base), frame)
         for i in np.flatnonzero(active):
             if trackers[i].update(rewards[i], terminated[i], truncated[i], infos[i]):
                 active[i] = False
-                yield trackers[i].record(worker="main")
+                path = None
+                if rec is not None and i in filmed:
+                    rec.recorder.finish((chunk[i].key, slot_base))
+                    path = rec.plan.relpath(chunk[i])
+                yield trackers[i].record(worker="main", video_path=path)

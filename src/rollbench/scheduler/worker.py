@@ -32,7 +32,9 @@ from rollbench.config.env import BenchmarkConfig
 from rollbench.config.policy import PolicyConfig
 from rollbench.errors import RollbenchError
 from rollbench.plan import EpisodeUnit
-from rollbench.rollout import EpisodeTracker
+from rollbench.rendering import apply_backend, gl_failure_hint
+from rollbench.results.video import VideoRecorder
+from rollbench.rollout import EpisodeTracker, VideoPlan, grab_frame
 from rollbench.scheduler.common import StepContext
 from rollbench.scheduler.shm import ArraySpec, SlotBuffer, stack
 
@@ -46,6 +48,8 @@ class WorkerSpec:
     layout: tuple[ArraySpec, ...] | None
     buffer_path: str
     log_path: str
+    gl_backend: str = "egl"  # MUJOCO_GL, set before anything in the worker imports MuJoCo
+    video: VideoPlan | None = None
     env_cache: int = 4  # idle envs kept per worker, across tasks
 
 
@@ -83,6 +87,7 @@ class Slot:
     tracker: EpisodeTracker | None = None
     attempt: int = 0
     obs: Any = None
+    video_key: Any = None  # set while this slot's episode is being recorded
 
 
 class Worker:
@@ -97,6 +102,7 @@ class Worker:
         self.ctx = StepContext(spec.benchmark, spec.policy) if spec.policy is not None else None
         self.policy = self.ctx.make_policy() if self.ctx is not None else None
         self.base_slot = spec.index * spec.n_slots
+        self.videos = VideoRecorder() if spec.video is not None else None
 
     # -- envs ------------------------------------------------------------------------
     def _env_for(self, task: str) -> Any:
@@ -132,8 +138,13 @@ class Worker:
         slot = self.slots[i]
         assert slot.tracker is not None
         text = traceback.format_exc()
-        report.events.append(("error", SlotError(i, slot.tracker.unit, slot.attempt, f"{self.name}: {text.strip()}")))
+        hint = gl_failure_hint(text, self.spec.gl_backend)
+        text = f"{self.name}: {text.strip()}" + (f"\n{hint}" if hint else "")
+        report.events.append(("error", SlotError(i, slot.tracker.unit, slot.attempt, text)))
         slot.tracker = None
+        if slot.video_key is not None and self.videos is not None:
+            self.videos.drop(slot.video_key)
+            slot.video_key = None
         self._drop(slot)
 
     def _start(self, i: int, report: Report) -> None:
@@ -156,6 +167,7 @@ class Worker:
             self.buffer.touch()
             slot.tracker.started = time.monotonic()
             slot.obs = obs
+            self._video_start(slot, unit, attempt)
             report.events.append(("started", i, unit))
 
     def _step(self, i: int, action: Any, report: Report) -> None:
@@ -169,9 +181,37 @@ class Worker:
             return
         self.buffer.touch()
         slot.obs = obs
+        if slot.video_key is not None:
+            self._video_frame(slot)
         if slot.tracker.update(reward, terminated, truncated, info):
-            report.events.append(("record", i, slot.tracker.record(self.name, slot.attempt)))
+            video_path = self._video_finish(slot)
+            report.events.append(("record", i, slot.tracker.record(self.name, slot.attempt, video_path)))
             slot.tracker = None
+
+    # -- videos ----------------------------------------------------------------------
+    def _video_start(self, slot: Slot, unit: EpisodeUnit, attempt: int) -> None:
+        plan = self.spec.video
+        if plan is None or self.videos is None or not plan.wants(unit):
+            return
+        slot.video_key = (unit.key, attempt)
+        self.videos.start(slot.video_key, plan.output_dir_path(unit), plan.fps)
+        self._video_frame(slot)
+
+    def _video_frame(self, slot: Slot) -> None:
+        assert self.videos is not None
+        self.videos.add(slot.video_key, grab_frame(slot.env, slot.task or ""))
+
+    def _video_finish(self, slot: Slot) -> str | None:
+        if slot.video_key is None or self.videos is None or self.spec.video is None:
+            return None
+        assert slot.tracker is not None
+        self.videos.finish(slot.video_key)
+        slot.video_key = None
+        return self.spec.video.relpath(slot.tracker.unit)
+
+    def close(self) -> None:
+        if self.videos is not None:
+            self.videos.close()
 
     def _running(self) -> list[int]:
         return [i for i, s in enumerate(self.slots) if s.tracker is not None]
@@ -252,14 +292,17 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    apply_backend(spec.gl_backend)
     try:
         worker = Worker(spec, conn)
         worker.buffer.touch()
-        if spec.policy is not None:
-            worker.run_worker_placement()
-        else:
-            worker.run_driver_placement()
+        try:
+            if spec.policy is not None:
+                worker.run_worker_placement()
+            else:
+                worker.run_driver_placement()
+        finally:
+            worker.close()
         import resource
 
         peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux

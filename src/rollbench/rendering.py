@@ -1,0 +1,119 @@
+"""Rendering backends: which MUJOCO_GL a process uses, and what to say when it fails.
+
+`--render_device=gpu` -> EGL (on the GPU's driver); `cpu` -> OSMesa when libOSMesa loads
+(measured here ~15% faster than Mesa's llvmpipe through EGL), else EGL on Mesa; `auto` ->
+EGL when nvidia-smi sees a GPU, else the cpu choice. An explicit MUJOCO_GL in the
+environment wins under `auto`. The choice is made in the driver and set in every worker
+before anything imports MuJoCo; the GL context itself is created in the worker, on the
+first render.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    free_mib: int | None
+
+
+def parse_nvidia_smi(text: str) -> list[Gpu]:
+    """`nvidia-smi --query-gpu=index,memory.free --format=csv,noheader,nounits` -> GPUs."""
+    gpus = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if not parts or not parts[0].isdigit():
+            continue
+        free = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+        gpus.append(Gpu(int(parts[0]), free))
+    return gpus
+
+
+def find_gpus() -> list[Gpu]:
+    """The GPUs nvidia-smi sees (none when it is missing or fails), restricted to
+    $CUDA_VISIBLE_DEVICES when that lists indices."""
+    try:
+        proc = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,memory.free", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=15, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if proc.returncode != 0:
+        return []
+    gpus = parse_nvidia_smi(proc.stdout)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and all(p.strip().isdigit() for p in visible.split(",") if p.strip()):
+        allowed = [int(p) for p in visible.split(",") if p.strip()]
+        gpus = [g for g in gpus if g.index in allowed]
+    return gpus
+
+
+def osmesa_loadable() -> bool:
+    for name in filter(None, (ctypes.util.find_library("OSMesa"), "libOSMesa.so", "libOSMesa.so.8", "libOSMesa.so.6")):
+        try:
+            ctypes.CDLL(name)
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def gl_backend(render_device: str, gpus: Sequence[Gpu]) -> str:
+    """MUJOCO_GL for `--render_device`: gpu -> egl; cpu -> osmesa if loadable, else egl;
+    auto -> egl when a GPU is visible, else the cpu choice."""
+    if render_device == "gpu" or (render_device == "auto" and gpus):
+        return "egl"
+    return "osmesa" if osmesa_loadable() else "egl"
+
+
+def assign_gpus(gpus: Sequence[Gpu], num_shards: int) -> list[Gpu | None]:
+    """Shard K -> a GPU, round-robin, the one with the most free memory first.
+
+    With fewer than two GPUs nothing is assigned: every child sees what the parent sees.
+    """
+    if len(gpus) < 2:
+        return [None] * num_shards
+    order = sorted(gpus, key=lambda g: (-(g.free_mib or 0), g.index))
+    return [order[k % len(order)] for k in range(num_shards)]
+
+
+def choose_backend(render_device: str) -> str:
+    """The MUJOCO_GL value this run uses (see the module docstring)."""
+    if render_device == "auto" and os.environ.get("MUJOCO_GL"):
+        return os.environ["MUJOCO_GL"]
+    return gl_backend(render_device, find_gpus() if render_device == "auto" else [])
+
+
+def apply_backend(backend: str) -> None:
+    """Set the variables MuJoCo (MUJOCO_GL) and PyOpenGL/robosuite (PYOPENGL_PLATFORM) read."""
+    os.environ["MUJOCO_GL"] = backend
+    os.environ["PYOPENGL_PLATFORM"] = backend
+
+
+_PACKAGES = {
+    "egl": "libegl1 libgl1 libegl-mesa0",
+    "osmesa": "libosmesa6",
+    "glfw": "a display (glfw needs X11; use egl or osmesa headless)",
+}
+_GL_MARKERS = ("egl", "osmesa", "opengl", "glfw", "gladload", "gl context", "libgl")
+
+
+def gl_failure_hint(error_text: str, backend: str) -> str:
+    """A sentence naming the backend and the system package, if `error_text` is a GL failure."""
+    low = error_text.lower()
+    if not any(marker in low for marker in _GL_MARKERS):
+        return ""
+    pkg = _PACKAGES.get(backend, "the OpenGL libraries")
+    other = "cpu" if backend == "egl" else "gpu"
+    return (
+        f"rendering with MUJOCO_GL={backend} failed to create a context: install {pkg} "
+        f"(Debian/Ubuntu: apt-get install -y {pkg.split(' (')[0]}) or try --render_device={other}"
+    )
