@@ -10,6 +10,11 @@ WORKLOADS: dict[str, dict[str, str]] = {
     # simulation-bound: MetaWorld's scripted experts
     "mt10-expert": {"env.type": "metaworld", "env.task": "mt10", "policy.type": "expert"},
     # inference in the loop: a 2x256 torch MLP on the 39-d state, in the driver, batched
+    # rendering-bound: 256x256 camera images every step, random actions
+    "mt10-pixels": {
+        "env.type": "metaworld", "env.task": "mt10", "policy.type": "random", "env.obs_type": "pixels_agent_pos",
+        "env.observation_width": "256", "env.observation_height": "256",
+    },
     "mt10-mlp": {
         "env.type": "metaworld", "env.task": "mt10", "policy.type": "module",
         "policy.path": "bench_policies:mlp_policy",
@@ -47,6 +52,9 @@ def make_raw_policy(workload: str, bench: Any, unit: Any) -> Any:
     """features of one env -> action, for the raw ceiling loop."""
     if workload == "mt10-expert":
         return bench.expert(unit.task)
+    if workload == "mt10-pixels":
+        rng = np.random.default_rng(unit.seed)
+        return lambda features: rng.uniform(-1.0, 1.0, 4).astype(np.float32)
     net = _mlp()
 
     def act(features: dict[str, Any]) -> np.ndarray:

@@ -131,9 +131,21 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=10, help="lockstep / lerobot-style batch (sync envs)")
     ap.add_argument("--variants", default="ceiling,continuous,lockstep,lerobot")
+    ap.add_argument("--episode-length", type=int, default=None, help="cut episodes at this many steps")
+    ap.add_argument("--render-device", default="auto", help="cpu (osmesa if installed), gpu (egl), auto")
+    ap.add_argument("--render-quality", default=None, help="metaworld: default|fast")
     args = ap.parse_args()
 
-    flags = {**WORKLOADS[args.workload], "eval.n_episodes": str(args.episodes)}
+    flags = {**WORKLOADS[args.workload], "eval.n_episodes": str(args.episodes), "eval.max_episodes_rendered": "0",
+             "render_device": args.render_device}
+    if args.episode_length:
+        flags["env.episode_length"] = str(args.episode_length)
+    if args.render_quality:
+        flags["env.render_quality"] = args.render_quality
+    from rollbench.rendering import apply_backend, choose_backend
+
+    apply_backend(choose_backend(args.render_device))  # the ceiling's processes render the same way
+    print(f"MUJOCO_GL={os.environ['MUJOCO_GL']}")
     runs = {
         "ceiling": lambda: ceiling(flags, args.workload),
         "continuous": lambda: via_rollbench(flags, {"eval.mode": "continuous"}),

@@ -87,3 +87,34 @@ class ImageMean:
 
 def image_mean_policy(ctx: Any) -> ImageMean:
     return ImageMean(ctx)
+
+
+class Keyed:
+    """Checks the key-selection processor's batch, then acts from it (per row)."""
+
+    def act(self, batch: dict[str, Any], slots: Any) -> np.ndarray:
+        n = len(slots)
+        assert set(batch) == {"observation.state", "observation.images.front", "task"}, sorted(batch)
+        assert batch["observation.state"].shape == (n, 5)
+        assert batch["observation.images.front"].shape == (n, 8, 8, 3)
+        s = batch["observation.state"]
+        img = batch["observation.images.front"].reshape(n, -1).mean(axis=1)
+        return np.stack([np.tanh(s[:, 0] - s[:, 3] + img / 100.0), np.zeros(n)], axis=1).astype(np.float32)
+
+
+def keyed_policy() -> Keyed:
+    return Keyed()
+
+
+class State6:
+    cheap = True
+
+    def act(self, batch: dict[str, Any], slots: Any) -> np.ndarray:
+        s = batch["observation.state"]
+        assert set(batch) == {"observation.state", "task"} and s.shape == (len(slots), 6)
+        # environment_state (pos, target) first, then agent_pos (pos): move toward the target
+        return np.clip((s[:, 2:4] - s[:, 4:6]) * 10, -1, 1).astype(np.float32)
+
+
+def state6_policy() -> State6:
+    return State6()

@@ -34,6 +34,9 @@ for _name, _target in {
     "pusht": "rollbench.benchmarks.pusht:PushTConfig",
     "gym": "rollbench.benchmarks.gym:GymConfig",
     "fake": "rollbench.benchmarks.fake:FakeConfig",
+    "hub": "rollbench.benchmarks.hub:HubConfig",
+    "aloha": "rollbench.benchmarks.aloha:AlohaConfig",
+    "libero": "rollbench.benchmarks.libero:LiberoConfig",
 }.items():
     BENCHMARKS.add_lazy(_name, _target)
 
@@ -86,10 +89,18 @@ class BenchmarkConfig:
     extra: ClassVar[str] = ""
     #: frames per second of the simulation, for videos
     fps: ClassVar[int] = 30
+    #: imports code named by the user: needs --trust_remote_code=true
+    runs_user_code: ClassVar[bool] = False
 
     task: str = opt("", "task(s) to evaluate: one name, a comma list or a group")
     episode_length: int | None = opt(
         None, "maximum steps per episode (default: the benchmark's own limit)"
+    )
+    state_keys: tuple[str, ...] = opt(
+        (), "dict observations: keys concatenated (flattened, in this order) into observation.state"
+    )
+    camera_keys: tuple[str, ...] = opt(
+        (), "dict observations: image keys kept as observation.images.<name>; `key:name` renames"
     )
 
     def __post_init__(self) -> None:
@@ -171,6 +182,8 @@ class BenchmarkConfig:
         """
         if not isinstance(obs, Mapping):
             return {"observation.state": obs}
+        if self.state_keys or self.camera_keys:
+            return select_keys(obs, self.state_keys, self.camera_keys)
         mapping = self.features_map
         out: dict[str, Any] = {}
         for key, value in obs.items():
@@ -224,6 +237,36 @@ class BenchmarkConfig:
 
     def replace(self, **changes: Any) -> BenchmarkConfig:
         return dataclasses.replace(self, **changes)
+
+
+def _lookup(obs: Mapping[str, Any], key: str, flag: str) -> Any:
+    """obs[key], also inside a nested `pixels` dict; a miss names the keys there are."""
+    if key in obs:
+        return obs[key]
+    pixels = obs.get("pixels")
+    if isinstance(pixels, Mapping) and key in pixels:
+        return pixels[key]
+    known = sorted([*obs, *(pixels if isinstance(pixels, Mapping) else [])])
+    raise ConfigError(f"{flag}: the observation has no key {key!r}; it has: {', '.join(map(str, known))}")
+
+
+def select_keys(obs: Mapping[str, Any], state_keys: tuple[str, ...], camera_keys: tuple[str, ...]) -> dict[str, Any]:
+    """The key-selection processor: pick and rename observation keys (single or batched obs).
+
+    State parts are flattened per env and concatenated in the order given; images keep
+    their shape. Keys not named are dropped.
+    """
+    out: dict[str, Any] = {}
+    if state_keys:
+        parts = [np.asarray(_lookup(obs, k, "--env.state_keys")) for k in state_keys]
+        batched = all(p.ndim >= 2 for p in parts) and len({p.shape[0] for p in parts}) == 1 and parts[0].ndim > 1
+        lead = parts[0].shape[0] if batched else None
+        flat = [p.reshape(lead, -1) if lead is not None else p.reshape(-1) for p in parts]
+        out["observation.state"] = np.concatenate(flat, axis=-1)
+    for spec in camera_keys:
+        key, _, name = spec.partition(":")
+        out[f"observation.images.{name or key}"] = _lookup(obs, key, "--env.camera_keys")
+    return out
 
 
 def split_tasks(spec: str) -> list[str]:

@@ -28,6 +28,9 @@ class RunConfig:
     launch: Literal["none", "local"] = opt(
         "none", "local: start --eval.num_shards shard processes on this machine and merge"
     )
+    trust_remote_code: bool = opt(
+        False, "allow benchmarks that import code you name (--env.type=hub); it runs with your permissions"
+    )
     debug: bool = opt(False, "print tracebacks for errors")
 
     def __post_init__(self) -> None:
@@ -35,6 +38,11 @@ class RunConfig:
             raise ConfigError(f"--workers={self.workers} is not allowed; it must be >= 1")
         if self.slots_per_worker is not None and self.slots_per_worker < 1:
             raise ConfigError(f"--slots_per_worker={self.slots_per_worker} is not allowed; it must be >= 1")
+        if type(self.env).runs_user_code and not self.trust_remote_code:
+            raise ConfigError(
+                f"--env.type={self.env.type_name} imports and runs the code at the path you give; "
+                f"read it, then pass --trust_remote_code=true to allow it"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
