@@ -210,8 +210,17 @@ class Worker:
         return self.spec.video.relpath(slot.tracker.unit)
 
     def close(self) -> None:
+        """Finish the videos, then close every env (GL contexts are freed before exit)."""
         if self.videos is not None:
             self.videos.close()
+        for slot in self.slots:
+            self._drop(slot)
+        while self.idle_envs:
+            _, (_, env) = self.idle_envs.popitem()
+            try:
+                env.close()
+            except Exception:
+                pass
 
     def _running(self) -> list[int]:
         return [i for i, s in enumerate(self.slots) if s.tracker is not None]
