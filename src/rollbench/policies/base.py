@@ -69,6 +69,7 @@ for _name, _target in {
     "expert": "rollbench.policies.expert:ExpertPolicy",
     "random": "rollbench.policies.random:RandomPolicy",
     "module": "rollbench.policies.module:load_module_policy",
+    "lerobot": "rollbench.policies.lerobot:LeRobotPolicy",
 }.items():
     POLICIES.add_lazy(_name, _target)
 

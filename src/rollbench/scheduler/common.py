@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -22,6 +22,11 @@ class StepContext:
 
     benchmark: BenchmarkConfig
     policy_config: PolicyConfig
+    _kept: list[Policy] = field(default_factory=list, repr=False, compare=False)
+
+    def keep(self, policy: Policy) -> None:
+        """Hand an already built policy to the next make_policy() call (load it once)."""
+        self._kept.append(policy)
 
     @cached_property
     def action_space(self) -> Any:
@@ -33,6 +38,8 @@ class StepContext:
             env.close()
 
     def make_policy(self) -> Policy:
+        if self._kept:
+            return self._kept.pop()
         return make_policy(PolicyContext(self.policy_config, self.benchmark, self.action_space))
 
     def episode_start(self, unit: EpisodeUnit) -> EpisodeStart:

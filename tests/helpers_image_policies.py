@@ -1,0 +1,62 @@
+"""Policies for the image-benchmark tests (`--policy.type=module --policy.path=helpers_image_policies:NAME`).
+
+Each asserts that every batch holds exactly the observation keys, shapes and dtypes the
+benchmark promises, then returns random actions seeded by the episode (like `random`), so
+lockstep and continuous runs can be compared episode by episode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+
+class _Checking:
+    """Checks the batch against `expected` {key: (shape of one row, dtype)}; random actions."""
+
+    cheap = True  # runs inside the env workers
+
+    def __init__(self, ctx: Any, expected: dict[str, tuple[tuple[int, ...], str]]) -> None:
+        self.space = ctx.action_space
+        self.expected = expected
+        self.rngs: dict[int, np.random.Generator] = {}
+        declared = {k: tuple(f.shape) for k, f in ctx.benchmark.features.items() if k != "action"}
+        assert declared == {k: shape for k, (shape, _) in expected.items()}, f"features {declared} != {expected}"
+
+    def reset(self, slots: Sequence[int], episodes: Sequence[Any]) -> None:
+        for slot, ep in zip(slots, episodes, strict=True):
+            assert ep.description, "every episode needs a task description"
+            self.rngs[slot] = np.random.default_rng(ep.seed)
+
+    def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
+        got = {k for k in batch if k.startswith("observation")}
+        assert got == set(self.expected), f"batch keys {sorted(got)} != {sorted(self.expected)}"
+        for key, (shape, dtype) in self.expected.items():
+            arr = np.asarray(batch[key])
+            assert arr.shape == (len(slots), *shape), f"{key}: shape {arr.shape}, expected {(len(slots), *shape)}"
+            assert arr.dtype == np.dtype(dtype), f"{key}: dtype {arr.dtype}, expected {dtype}"
+            assert np.isfinite(arr).all(), f"{key} has non-finite values"
+        assert len(batch["task"]) == len(slots) and all(isinstance(t, str) and t for t in batch["task"])
+        low, high = self.space.low, self.space.high
+        return np.stack([self.rngs[s].uniform(low, high).astype(self.space.dtype) for s in slots])
+
+
+def aloha_pixels(ctx: Any) -> _Checking:
+    """ALOHA, --env.obs_type=pixels: only the top camera, 480x640 RGB."""
+    return _Checking(ctx, {"observation.images.top": ((480, 640, 3), "uint8")})
+
+
+def aloha_pixels_agent_pos(ctx: Any) -> _Checking:
+    """ALOHA, --env.obs_type=pixels_agent_pos: top camera + 14 joint positions."""
+    return _Checking(ctx, {"observation.images.top": ((480, 640, 3), "uint8"), "observation.state": ((14,), "float64")})
+
+
+def libero_default(ctx: Any) -> _Checking:
+    """LIBERO, defaults: two 256x256 cameras (image, image2) + the processor's 8-d state."""
+    return _Checking(ctx, {
+        "observation.images.image": ((256, 256, 3), "uint8"),
+        "observation.images.image2": ((256, 256, 3), "uint8"),
+        "observation.state": ((8,), "float32"),
+    })
