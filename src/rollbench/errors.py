@@ -42,3 +42,12 @@ class RunInterrupted(RollbenchError):
     """The user stopped the run (Ctrl-C); finished episodes are in the log."""
 
     exit_code = 130
+
+
+def unknown_choice(flag: str, value: str, known: list[str] | tuple[str, ...], what: str) -> ConfigError:
+    """`--flag='value' is not <what>. Did you mean 'x'? Known: ...` as a ConfigError to raise."""
+    import difflib
+
+    close = difflib.get_close_matches(value, list(known), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return ConfigError(f"{flag}={value!r} is not {what}.{hint} Known: {', '.join(known)}")

@@ -28,7 +28,7 @@ import numpy as np
 
 from rollbench.config.env import BenchmarkConfig, Feature, register_benchmark, split_tasks
 from rollbench.config.fields import opt
-from rollbench.errors import ConfigError
+from rollbench.errors import ConfigError, unknown_choice
 
 #: env id -> (gym-aloha's task name, dimension of its environment state: object poses)
 TASKS: dict[str, tuple[str, int]] = {
@@ -173,11 +173,7 @@ class AlohaConfig(BenchmarkConfig):
             raise ConfigError(f"--env.task is empty; known: {', '.join(TASKS)}")
         for name in names:
             if name not in TASKS:
-                import difflib
-
-                close = difflib.get_close_matches(name, TASKS, n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                raise ConfigError(f"--env.task={name!r} is not an ALOHA task.{hint} Known: {', '.join(TASKS)}")
+                raise unknown_choice("--env.task", name, list(TASKS), "an ALOHA task")
         if self.observation_width < 1 or self.observation_height < 1:
             raise ConfigError("--env.observation_width and --env.observation_height must be >= 1")
 

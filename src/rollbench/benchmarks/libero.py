@@ -58,7 +58,7 @@ from rollbench.config.env import (
     split_tasks,
 )
 from rollbench.config.fields import opt
-from rollbench.errors import BenchmarkUnavailable, ConfigError
+from rollbench.errors import BenchmarkUnavailable, ConfigError, unknown_choice
 
 #: suite -> (number of tasks, LeRobot's step limit: the longest training demo plus a margin)
 SUITES: dict[str, tuple[int, int]] = {
@@ -351,11 +351,7 @@ class LiberoConfig(BenchmarkConfig):
             raise ConfigError(f"--env.task is empty; give a LIBERO suite: {', '.join(SUITES)}")
         for suite in suites:
             if suite not in SUITES:
-                import difflib
-
-                close = difflib.get_close_matches(suite, SUITES, n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                raise ConfigError(f"--env.task={suite!r} is not a LIBERO suite.{hint} Known: {', '.join(SUITES)}")
+                raise unknown_choice("--env.task", suite, list(SUITES), "a LIBERO suite")
         ids = _parse_ids(self.task_ids)
         object.__setattr__(self, "task_ids", ids)  # normalised: sorted unique ints
         if ids is not None:
