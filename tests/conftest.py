@@ -14,6 +14,16 @@ import pytest
 
 from rollbench.cli import main
 
+# Mesa's llvmpipe (software GL) and triton each carry an LLVM; importing triton into a
+# process that already rendered with Mesa segfaults (checked here). rollbench builds the
+# policy before any env renders, but this one pytest process runs many evaluations in turn,
+# so torch's lazy triton import is done first, if torch is installed at all.
+try:
+    import torch._dynamo  # noqa: F401  (imports triton when present)
+    import torchvision  # noqa: F401
+except ImportError:
+    pass
+
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
