@@ -8,7 +8,8 @@ chunk 10) saved by tests/lerobot_helpers.py, or `--checkpoint DIR`. Each repeat 
 subprocesses; wall time includes start-up (imports, model load), as a user sees it.
 env-steps/s counts the episodes' own steps (rollbench's n_steps; both tools run the same
 seeds, so the same episodes), not the masked steps lerobot-eval's finished envs keep taking.
-Note: lerobot-eval also writes videos of the first 10 episodes (hard-coded in 0.4.4); rollbench writes none.
+Both write videos of the first 10 episodes (lerobot-eval's 0.4.4 default, rollbench's
+--eval.max_episodes_rendered default), so both pay the same rendering and encoding.
 """
 
 from __future__ import annotations
