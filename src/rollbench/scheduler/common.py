@@ -55,9 +55,13 @@ class StepContext:
         cfg = self.policy_config
         return f"{cfg.type!r}" + (f" ({cfg.path})" if cfg.path else "")
 
+    @cached_property
+    def processors(self) -> tuple[Any, Any]:
+        return self.benchmark.get_env_processors()
+
     def act(self, policy: Policy, obs: Any, slots: Sequence[int], descriptions: Sequence[str]) -> np.ndarray:
         """Observations (as the env returned them, batched) -> validated env actions."""
-        pre, post = self.benchmark.get_env_processors()
+        pre, post = self.processors  # built once: this runs every step
         batch: dict[str, Any] = pre(self.benchmark.to_features(obs))
         batch["task"] = list(descriptions)
         try:

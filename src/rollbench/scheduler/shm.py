@@ -99,14 +99,6 @@ class SlotBuffer:
                 pass
 
 
-def stack(obs_list: Sequence[Any], layout: Sequence[ArraySpec]) -> Any:
-    """Stack single-env observations as a vector env would (cast to the space's dtype)."""
-    buf = SlotBuffer(layout, len(obs_list))
-    for i, obs in enumerate(obs_list):
-        buf.write(i, obs)
-    return buf.read(range(len(obs_list)))
-
-
 def stack_any(obs_list: Sequence[Any]) -> Any:
     """Stack observations with no flat layout (pickled path): dicts key by key."""
     first = obs_list[0]

@@ -36,7 +36,7 @@ from rollbench.rendering import apply_backend, gl_failure_hint
 from rollbench.results.video import VideoRecorder
 from rollbench.rollout import EpisodeTracker, VideoPlan, grab_frame
 from rollbench.scheduler.common import StepContext
-from rollbench.scheduler.shm import ArraySpec, SlotBuffer, stack
+from rollbench.scheduler.shm import ArraySpec, SlotBuffer
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,7 @@ class Worker:
         self.policy = self.ctx.make_policy() if self.ctx is not None else None
         self.base_slot = spec.index * spec.n_slots
         self.videos = VideoRecorder() if spec.video is not None else None
+        self._local = SlotBuffer(spec.layout, spec.n_slots)  # private: stacking in worker placement
 
     # -- envs ------------------------------------------------------------------------
     def _env_for(self, task: str) -> Any:
@@ -209,6 +210,13 @@ class Worker:
         slot.video_key = None
         return self.spec.video.relpath(slot.tracker.unit)
 
+    def _stack(self, obs: list[Any]) -> Any:
+        """Running slots' observations stacked as a vector env would (the space's dtypes),
+        through one buffer kept for the worker's life: nothing is allocated per step."""
+        for j, o in enumerate(obs):
+            self._local.write(j, o)
+        return self._local.read(range(len(obs)))
+
     def close(self) -> None:
         """Finish the videos, then close every env (GL contexts are freed before exit)."""
         if self.videos is not None:
@@ -278,7 +286,7 @@ class Worker:
             running = self._running()
             if running:
                 obs = [self.slots[i].obs for i in running]
-                batch = stack(obs, layout) if layout is not None else _stack_any(obs)
+                batch = self._stack(obs) if layout is not None else _stack_any(obs)
                 descriptions = [self.bench.task_description(self.slots[i].task or "") for i in running]
                 actions = self.ctx.act(self.policy, batch, [self.base_slot + i for i in running], descriptions)
                 for j, i in enumerate(running):
