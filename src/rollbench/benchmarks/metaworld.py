@@ -314,11 +314,14 @@ class MetaWorldConfig(BenchmarkConfig):
             out["observation.image"] = Feature("VISUAL", (self.observation_height, self.observation_width, 3))
         return out
 
-    def expert(self, task: str) -> Callable[[dict[str, Any]], np.ndarray]:
+    def check_expert(self) -> None:
         if self.obs_type != "state":
             raise ConfigError(
                 "--policy.type=expert needs --env.obs_type=state: MetaWorld's scripted experts read the 39-d state"
             )
+
+    def expert(self, task: str) -> Callable[[dict[str, Any]], np.ndarray]:
+        self.check_expert()
         from metaworld.policies import ENV_POLICY_MAP
 
         scripted = ENV_POLICY_MAP[task]()  # type: ignore[abstract]

@@ -205,6 +205,14 @@ class BenchmarkConfig:
             f"benchmarks with one: metaworld, fake"
         )
 
+    def check_expert(self) -> None:
+        """Raise the ConfigError `expert()` would, without importing the simulator.
+
+        Benchmarks whose experts exist only for some configurations override this.
+        """
+        if type(self).expert is BenchmarkConfig.expert:
+            self.expert("")
+
     def get_env_processors(self) -> tuple[ObsProcessor, ActionProcessor]:
         """(batch preprocessor, action postprocessor), applied around every policy call.
 
