@@ -48,8 +48,12 @@ def _raw_share(args: tuple[Any, list[EpisodeUnit], str]) -> int:
     bench, units, workload = args
     envs: dict[str, Any] = {}
     steps = 0
-    for u in units:
-        env = envs.get(u.task) or envs.setdefault(u.task, bench.make_task_env(u.task))
+    for u in units:  # a process's units come task by task: one env alive at a time
+        if u.task not in envs:
+            for old in envs.values():
+                old.close()  # frees its GL context too
+            envs = {u.task: bench.make_task_env(u.task)}
+        env = envs[u.task]
         act = make_raw_policy(workload, bench, u)
         obs, _ = env.reset(seed=u.seed)
         for _ in range(bench.effective_max_steps(u.task)):
