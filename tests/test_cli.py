@@ -13,6 +13,7 @@ from rollbench.config.env import BENCHMARKS
 from rollbench.config.eval import EvalConfig
 from rollbench.config.policy import PolicyConfig
 from rollbench.config.run import RunConfig
+from rollbench.config.tune import TuneConfig
 from rollbench.policies.base import POLICIES
 
 FAKE = ("eval", "--env.type=fake", "--eval.mode=lockstep")
@@ -58,7 +59,7 @@ def test_no_command_prints_usage_and_exits_2(cli):
     res = cli()
     assert res.rc == 2
     assert "usage: rollbench COMMAND" in res.out
-    for command in ("eval", "merge", "list"):
+    for command in ("eval", "tune", "merge", "list"):
         assert command in res.out
 
 
@@ -76,8 +77,10 @@ def test_eval_help_documents_every_flag(cli):
     text = res.out
     for name in _init_fields(EvalConfig):
         assert f"--eval.{name}  (" in text, name
-    for name in _init_fields(RunConfig, {"env", "policy", "eval"}):
+    for name in _init_fields(RunConfig, {"env", "policy", "eval", "tune"}):
         assert f"--{name}  (" in text, name
+    for name in _init_fields(TuneConfig):
+        assert f"--tune.{name}  (" in text, name
     for name in _init_fields(PolicyConfig, {"options"}):
         assert f"--policy.{name}  (" in text, name
     for policy in POLICIES.names():
@@ -329,3 +332,11 @@ def test_eval_info_is_strict_json_after_a_cli_run(cli, tmp_path):
 
     json.loads((tmp_path / "eval_info.json").read_text(), parse_constant=reject)
     json.loads((tmp_path / "run.json").read_text(), parse_constant=reject)
+
+
+def test_tune_help_documents_its_flags(cli):
+    res = cli("tune", "--help")
+    assert res.rc == 0
+    for name in _init_fields(TuneConfig):
+        assert f"--tune.{name}  (" in res.out, name
+    assert "measured or estimated" in res.out

@@ -24,6 +24,7 @@ from rollbench.config.eval import EvalConfig
 from rollbench.config.fields import build, field_help
 from rollbench.config.policy import PolicyConfig
 from rollbench.config.run import RunConfig
+from rollbench.config.tune import TuneConfig
 from rollbench.errors import ConfigError, RollbenchError
 from rollbench.policies.base import POLICIES
 
@@ -31,6 +32,7 @@ log = logging.getLogger("rollbench")
 
 COMMANDS = {
     "eval": "evaluate a policy on a benchmark",
+    "tune": "measure this machine for an evaluation; recommend workers, slots, batch, render device, AMP",
     "merge": "rebuild eval_info.json from every episode log under a directory",
     "list": "show the registered benchmarks (tasks, groups) and policy types",
 }
@@ -114,12 +116,13 @@ def config_from_flags(flags: dict[str, str]) -> RunConfig:
     env = benchmark_from_flags(_group(flags, "env."))
     policy = policy_from_flags(_group(flags, "policy."))
     eval_cfg = build(EvalConfig, _group(flags, "eval."), "eval.")
+    tune_cfg = build(TuneConfig, _group(flags, "tune."), "tune.")
     for key in list(flags):
         if "." in key:
-            raise ConfigError(f"unknown flag --{key}; flag groups are --env.*, --policy.*, --eval.*")
+            raise ConfigError(f"unknown flag --{key}; flag groups are --env.*, --policy.*, --eval.*, --tune.*")
     if not flags.get("output_dir"):
         flags["output_dir"] = default_output_dir(env.type_name, policy.type)
-    return build(RunConfig, flags, "", env=env, policy=policy, eval=eval_cfg)
+    return build(RunConfig, flags, "", env=env, policy=policy, eval=eval_cfg, tune=tune_cfg)
 
 
 def config_from_dict(data: dict[str, Any]) -> RunConfig:
@@ -164,10 +167,13 @@ def eval_help() -> str:
         "command with the same --output_dir resumes.",
         "",
         "run:",
-        _rows([r for r in field_help(RunConfig, "") if r[0] not in ("--env", "--policy", "--eval")]),
+        _rows([r for r in field_help(RunConfig, "") if r[0] not in ("--env", "--policy", "--eval", "--tune")]),
         "",
         "eval:",
         _rows(field_help(EvalConfig, "eval.")),
+        "",
+        "tune (rollbench tune, and eval --workers=auto):",
+        _rows(field_help(TuneConfig, "tune.")),
         "",
         "policy:",
         _rows([r for r in field_help(PolicyConfig, "policy.") if r[0] != "--policy.options"]),
@@ -194,6 +200,26 @@ Rebuild DIR/eval_info.json from every episode log under DIR (DIR/episodes/*.json
 */episodes/*.jsonl below it, e.g. shards written on several machines). Aggregates are
 recomputed from the episodes; a unit logged twice counts once (conflicting duplicates are
 reported); missing units are listed and the result is marked partial (exit code 1)."""
+
+TUNE_HELP_HEAD = """usage: rollbench tune --env.type=NAME [--env.FIELD=VALUE ...] --policy.type=TYPE [eval flags] [--tune.*]
+
+Measure this machine for the evaluation these flags describe (within --tune.budget_s): CPU
+cores, free memory, GPUs; the policy's weights, memory, load time and time per call at
+batch sizes 1, 2, 4, ...; the env's worker start-up, build, reset, step (one process, and
+one per core at once) and video-frame times; the episode lengths of a policy that runs in
+the workers. Every figure is marked measured or estimated (with why). Then recommend
+--workers, --slots_per_worker, the batch bound, --render_device, AMP and local shards, say
+what bounds the run, predict its throughput and wall time, print a paste-ready
+`rollbench eval` command and write everything as JSON (--tune.output). Nothing is
+evaluated and no output directory is written. `rollbench eval --workers=auto` does the same
+and uses the recommendation.
+
+The flags are those of `rollbench eval` (see `rollbench eval --help`)."""
+
+
+def tune_help() -> str:
+    return "\n".join([TUNE_HELP_HEAD, "", "tune:", _rows(field_help(TuneConfig, "tune."))])
+
 
 LIST_HELP = "usage: rollbench list\n\nShow the registered benchmarks, their tasks and groups, and the policy types."
 
@@ -230,6 +256,22 @@ def cmd_eval(flags: dict[str, str]) -> int:
         print(f"{failed} episodes failed (infrastructure errors, not counted in success rates); "
               f"full errors in eval_info.json 'per_task[].failed'; rerun the same command to retry them")
         return 1
+    return 0
+
+
+def cmd_tune(flags: dict[str, str]) -> int:
+    from rollbench import tune
+
+    cfg = config_from_flags(flags)
+    if cfg.workers == "auto":
+        raise ConfigError("--workers=auto is for rollbench eval; rollbench tune measures and recommends workers itself")
+    probe = tune.measure(cfg)
+    rec = tune.recommend(probe)
+    command = tune.eval_command(flags, rec)
+    path = tune.default_tune_path(cfg)
+    tune.save(path, probe, rec, command)
+    print(tune.report(probe, rec))
+    print(f"\nrun it:\n  {command}\n\nprobe and recommendation: {path}")
     return 0
 
 
@@ -323,15 +365,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(f"unknown command {command!r}.{hint} Commands: {', '.join(COMMANDS)}")
         load_plugins()
         if "-h" in rest or "--help" in rest:
-            print({"eval": eval_help, "merge": lambda: MERGE_HELP, "list": lambda: LIST_HELP}[command]())
+            print({"eval": eval_help, "tune": tune_help, "merge": lambda: MERGE_HELP, "list": lambda: LIST_HELP}[command]())
             return 0
         flags, positional = parse_flags(rest)
-        if command != "eval":
+        if command not in ("eval", "tune"):
             flags.pop("debug", None)
-        if command == "eval":
+        if command in ("eval", "tune"):
             if positional:
                 raise ConfigError(f"unexpected argument {positional[0]!r}; flags look like --env.type=metaworld")
-            return cmd_eval(flags)
+            return cmd_eval(flags) if command == "eval" else cmd_tune(flags)
         if command == "merge":
             return cmd_merge(positional, flags)
         if flags or positional:

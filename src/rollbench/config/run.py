@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -9,6 +10,7 @@ from rollbench.config.env import BenchmarkConfig
 from rollbench.config.eval import EvalConfig
 from rollbench.config.fields import opt, to_dict
 from rollbench.config.policy import PolicyConfig
+from rollbench.config.tune import TuneConfig
 from rollbench.errors import ConfigError
 
 
@@ -17,10 +19,14 @@ class RunConfig:
     env: BenchmarkConfig
     policy: PolicyConfig
     eval: EvalConfig
+    tune: TuneConfig = dataclasses.field(default_factory=TuneConfig)
     seed: int = opt(1000, "episode i of every task gets seed `seed + i`")
     output_dir: str = opt("", "where results go (default outputs/eval/<date>/<time>_<env>_<policy>)")
     resume: bool = opt(True, "continue the run already in output_dir (false: start over)")
-    workers: int | None = opt(None, "continuous mode: env worker processes (default: CPU cores)")
+    workers: int | Literal["auto"] | None = opt(
+        None, "continuous mode: env worker processes (default: CPU cores); auto: measure the machine "
+        "as `rollbench tune` does and use its recommendation (workers, slots, batch bound, render device)"
+    )
     slots_per_worker: int | None = opt(None, "continuous mode: env slots per worker (default: from step cost)")
     render_device: Literal["auto", "gpu", "cpu"] = opt(
         "auto", "MuJoCo rendering: gpu=EGL, cpu=OSMesa, auto=EGL when a GPU is visible"
@@ -34,7 +40,7 @@ class RunConfig:
     debug: bool = opt(False, "print tracebacks for errors")
 
     def __post_init__(self) -> None:
-        if self.workers is not None and self.workers < 1:
+        if isinstance(self.workers, int) and self.workers < 1:
             raise ConfigError(f"--workers={self.workers} is not allowed; it must be >= 1")
         if self.slots_per_worker is not None and self.slots_per_worker < 1:
             raise ConfigError(f"--slots_per_worker={self.slots_per_worker} is not allowed; it must be >= 1")

@@ -126,7 +126,7 @@ def decide(cfg: RunConfig, policy: Policy) -> Plan:
     placement = cfg.policy.placement
     if placement == "auto":
         placement = "worker" if getattr(policy, "cheap", False) and cfg.policy.device == "cpu" else "driver"
-    workers = cfg.workers or cpu_count()
+    workers = cfg.workers if isinstance(cfg.workers, int) else cpu_count()
     slots = cfg.slots_per_worker or default_slots(cfg.env.step_cost_ms, placement, workers)
     return Plan(mode, placement, workers, slots)
 
@@ -163,17 +163,33 @@ def run_eval(cfg: RunConfig, progress_stream: Any = None) -> RunResult:
         validate()
     plan = build_plan(cfg)
     ctx = StepContext(cfg.env, cfg.policy)
+    from rollbench.tune.probe import rss_now
+
+    rss_before, t0 = rss_now(), time.perf_counter()
     probe = ctx.make_policy()  # a bad policy fails here, before any output is written
-    how = decide(cfg, probe)
-    if how.mode == "continuous" and how.placement == "worker":
-        probe.close()  # every worker builds its own
-    else:
-        ctx.keep(probe)  # the scheduler's first make_policy() returns it: a checkpoint loads once
+    load_s = time.perf_counter() - t0
     if cfg.eval.max_episodes_rendered:
         check_encoder()
     backend = choose_backend(cfg.render_device)
     apply_backend(backend)  # before anything here imports MuJoCo; workers get it in their spec
     continuing = prepare(output_dir, cfg.identity(), cfg.to_dict(), cfg.resume)
+    tuned: dict[str, Any] | None = None
+    if cfg.workers == "auto":  # after prepare: a refused output_dir is said before a 30 s probe
+        from rollbench import tune
+
+        cfg, _, tuned_rec = tune.for_eval(cfg, probe, load_s, rss_before)
+        tuned = {
+            "flags": tune.recommended_flags(tuned_rec), "bottleneck": tuned_rec.bottleneck,
+            "predicted_steps_per_s": tuned_rec.predicted_steps_per_s, "predicted_wall_s": tuned_rec.predicted_wall_s,
+            "predicted_total_steps": tuned_rec.predicted_total_steps,
+        }
+        backend = choose_backend(cfg.render_device)
+        apply_backend(backend)
+    how = decide(cfg, probe)
+    if how.mode == "continuous" and how.placement == "worker":
+        probe.close()  # every worker builds its own
+    else:
+        ctx.keep(probe)  # the scheduler's first make_policy() returns it: a checkpoint loads once
     before = merge(read_records(output_dir), plan)
     mine = shard(plan, cfg.eval.shard_id, cfg.eval.num_shards)
     todo = pending(mine, before.done_keys())
@@ -201,7 +217,8 @@ def run_eval(cfg: RunConfig, progress_stream: Any = None) -> RunResult:
         log.warning("%d units have conflicting results in the logs; see eval_info.json 'conflicts'", len(merged.conflicts))
     info = write_eval_info(
         output_dir, merged, cfg,
-        {"mode": how.mode, "scheduling": {**dataclasses.asdict(how), "gl_backend": backend}, "config": cfg.to_dict(), "versions": versions(cfg), "this_run_s": time.time() - started},
+        {"mode": how.mode, "scheduling": {**dataclasses.asdict(how), "gl_backend": backend}, "config": cfg.to_dict(), "versions": versions(cfg), "this_run_s": time.time() - started,
+         **({"tune": tuned} if tuned else {})},
     )
     if not cfg.eval.num_shards > 1 and merged.missing:
         raise RollbenchError(f"internal: {len(merged.missing)} planned units are missing after the run")

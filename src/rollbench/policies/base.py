@@ -52,6 +52,9 @@ class Policy(abc.ABC):
     per_slot_state: ClassVar[bool] = True
     #: cheap on a CPU: may run inside each env worker (`--policy.placement=auto`)
     cheap: ClassVar[bool] = False
+    #: env steps served per network call (a chunking policy's n_action_steps); `rollbench
+    #: tune` amortises the cost of a call over them
+    steps_per_inference: int = 1
 
     def reset(self, slots: Sequence[int], episodes: Sequence[EpisodeStart]) -> None:  # noqa: B027
         """New episodes start in `slots`."""

@@ -211,6 +211,8 @@ class LeRobotPolicy(Policy):
             path = "ensemble"
         self.path = path
         self.per_slot_state = path != "lockstep"  # type: ignore[misc]
+        # env steps served per network call (`rollbench tune` amortises a call over them)
+        self.steps_per_inference = 1 if path == "ensemble" else max(1, int(getattr(self.cfg, "n_action_steps", 1) or 1))
         self._queues: dict[int, deque[Any]] = {}
         self._ensemblers: dict[int, Any] = {}
 

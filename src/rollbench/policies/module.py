@@ -28,6 +28,7 @@ class ModulePolicy(Policy):
         self.name = name
         self.per_slot_state = bool(getattr(inner, "per_slot_state", True))  # type: ignore[misc]
         self.cheap = bool(getattr(inner, "cheap", False))  # type: ignore[misc]
+        self.steps_per_inference = max(1, int(getattr(inner, "steps_per_inference", 1) or 1))
 
     def __copy__(self) -> ModulePolicy:
         """A shallow copy of the user's object too: shared weights, its own episode state."""

@@ -1,0 +1,281 @@
+"""`rollbench tune`: measure this machine for one evaluation and recommend how to run it.
+
+    probe (probe.py: machine, env in worker-like processes, policy here)
+      -> Probe (figures.py: every number marked measured or estimated)
+      -> recommend (model.py: workers, slots, batch bound, render device, AMP, shards)
+      -> a report, a paste-ready `rollbench eval` command and a JSON file
+
+`rollbench eval --workers=auto` runs the same probe (or reads `--tune.load`) and uses the
+recommendation's scheduling settings; settings that would change results (AMP) are only
+suggested.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import os
+import shlex
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from rollbench.config.run import RunConfig
+from rollbench.errors import ConfigError
+from rollbench.policies.base import Policy
+from rollbench.tune.figures import SCHEMA, Probe, RunShape
+from rollbench.tune.model import Recommendation, recommend
+
+__all__ = ["Probe", "Recommendation", "apply", "eval_command", "load", "measure", "recommend", "report", "save"]
+
+log = logging.getLogger(__name__)
+
+
+def _renders_obs(cfg: RunConfig) -> bool:
+    return any(ft.type == "VISUAL" for ft in cfg.env.features.values())
+
+
+def run_shape(cfg: RunConfig, n_units: int) -> RunShape:
+    tasks = [t for names in cfg.env.tasks().values() for t in names]
+    return RunShape(
+        n_units=n_units, n_tasks=len(tasks), n_episodes=cfg.eval.n_episodes,
+        videos_per_task=cfg.eval.max_episodes_rendered, device=cfg.policy.device, mode=cfg.eval.mode,
+        placement=cfg.policy.placement, render_device=cfg.render_device, renders_obs=_renders_obs(cfg),
+    )
+
+
+def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, rss_before: int = 0) -> Probe:
+    """Probe the machine, the env and the policy for `cfg`, within `cfg.tune.budget_s`."""
+    from rollbench.executors.local import build_plan, decide
+    from rollbench.plan import shard
+    from rollbench.rendering import choose_backend, osmesa_loadable
+    from rollbench.scheduler.common import StepContext
+    from rollbench.tune import probe as p
+
+    started = time.monotonic()
+    budget = cfg.tune.budget_s
+    machine = p.probe_machine()
+    cfg.env.check_available()
+    units = shard(build_plan(cfg), cfg.eval.shard_id, cfg.eval.num_shards)
+    if not units:
+        raise ConfigError(f"--eval.shard_id={cfg.eval.shard_id}: this shard has no episodes to run")
+    if policy is None:
+        rss_before = p.rss_now()
+        t0 = time.perf_counter()
+        policy = StepContext(cfg.env, cfg.policy).make_policy()
+        load_s = time.perf_counter() - t0
+    probe_cfg = dataclasses.replace(cfg, workers=1)
+    how = decide(probe_cfg, policy)
+    backend = choose_backend(cfg.render_device)
+    renders = _renders_obs(cfg) or cfg.eval.max_episodes_rendered > 0
+    other = None
+    if renders and cfg.render_device == "auto" and not machine.gpus and "MUJOCO_GL" not in os.environ:
+        other = "egl" if backend == "osmesa" else ("osmesa" if osmesa_loadable() else None)
+    with_policy = how.placement == "worker"
+    env, obs = p.probe_env(
+        cfg, units, budget * (0.55 if not with_policy else 0.8), backend, with_policy,
+        cfg.eval.max_episodes_rendered > 0, int(machine.cores.v), other,
+    )
+    env = dataclasses.replace(env, driver_setup_s=_driver_setup(cfg))
+    left = max(1.0, budget - (time.monotonic() - started))
+    pol = p.probe_policy(cfg, policy, load_s, rss_before, obs, units[0], left, p.max_useful_batch(len(units), int(machine.cores.v)),
+                         how.placement)
+    return Probe(
+        machine=machine, env=env, policy=pol, run=run_shape(cfg, len(units)), schema=SCHEMA,
+        took_s=time.monotonic() - started, host=socket.gethostname(),
+    )
+
+
+def _driver_setup(cfg: RunConfig) -> Any:
+    """What the continuous scheduler does before its workers start: one env per task for
+    the observation layout (timed on up to 5 tasks, scaled to all)."""
+    from rollbench.scheduler.shm import obs_layout
+    from rollbench.tune.figures import estimated, measured
+
+    tasks = [t for names in cfg.env.tasks().values() for t in names]
+    t0 = time.perf_counter()
+    for task in tasks[:5]:
+        env = cfg.env.make_task_env(task)
+        obs_layout(env.observation_space)
+        env.close()
+    took = (time.perf_counter() - t0) * len(tasks) / min(5, len(tasks))
+    if len(tasks) <= 5:
+        return measured(took, f"observation layout of {len(tasks)} tasks")
+    return estimated(took, f"5 of {len(tasks)} tasks timed, scaled")
+
+
+# -- output ------------------------------------------------------------------------------
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.0f} MiB"
+
+
+def report(probe: Probe, rec: Recommendation) -> str:
+    m, e, pol = probe.machine, probe.env, probe.policy
+    lines = [f"machine ({probe.host}, probed in {probe.took_s:.1f}s):"]
+    lines.append(f"  cores               {m.cores.show(fmt='{:.0f}')}")
+    lines.append(f"  memory available    {m.mem_available_bytes.show(fmt='{:.3g}', unit='')} bytes"
+                 f" ({m.mem_available_bytes.v / 2**30:.1f} GiB)")
+    if m.gpus:
+        for g in m.gpus:
+            lines.append(f"  gpu {g.index}               {g.name}: {g.free_mib} of {g.total_mib} MiB free [measured]")
+    else:
+        lines.append("  gpus                none [measured: nvidia-smi finds none]")
+    lines.append(f"env (MUJOCO_GL={e.backend}):")
+    lines.append(f"  worker start        {e.worker_start_s.show(' s')}")
+    lines.append(f"  first env build     {e.first_build_s.show(' s')}")
+    lines.append(f"  env build           {e.build_s.show(' s')}")
+    lines.append(f"  reset               {e.reset_ms.show(' ms')}")
+    lines.append(f"  step, one process   {e.step_ms_1.show(' ms')}")
+    lines.append(f"  step, all cores     {e.step_ms_all.show(' ms')}")
+    lines.append(f"  video frame         {e.render_ms.show(' ms')}")
+    if e.other_backend and e.other_render_ms is not None:
+        lines.append(f"  video frame ({e.other_backend}) {e.other_render_ms.show(' ms')}")
+    lines.append(f"  episode length      {e.episode_steps.show(' steps', '{:.1f}')}")
+    lines.append(f"  worker memory       {_mib(e.worker_rss_bytes.v)} [{e.worker_rss_bytes.source}]")
+    lines.append(f"  round trip          {e.roundtrip_ms.show(' ms')}")
+    lines.append(f"  driver set-up       {e.driver_setup_s.show(' s')}")
+    lines.append(f"policy ({pol.type} on {pol.device}, {pol.placement} placement):")
+    lines.append(f"  load                {pol.load_s.show(' s')}")
+    lines.append(f"  weights             {_mib(pol.param_bytes.v)} [{pol.param_bytes.source}: {pol.param_bytes.note}]")
+    lines.append(f"  memory              {_mib(pol.rss_bytes.v)} [{pol.rss_bytes.source}: {pol.rss_bytes.note}]")
+    lines.append(f"  steps per call      {pol.steps_per_inference.show(fmt='{:.0f}')}")
+    if pol.placement == "worker":
+        lines.append(f"  per step in worker  {e.policy_ms_worker.show(' ms')}")
+    for pt in pol.inference:
+        peak = f", +{_mib(pt.peak_bytes)} activations" if pt.peak_bytes else ""
+        lines.append(f"  batch {pt.batch:<4}          {pt.full_ms:.3g} ms per call ({pt.full_ms / pt.batch:.3g} ms/row), "
+                     f"{pt.queued_ms:.3g} ms from the queue, {pt.cpu_util:.2g} cores busy{peak} [measured]")
+    for pt in pol.amp_inference:
+        lines.append(f"  batch {pt.batch:<4} AMP      {pt.full_ms:.3g} ms per call [measured]")
+    lines.append("")
+    lines.append("recommendation:")
+    lines.append(f"  {rec.bottleneck}")
+    for r in rec.reasons:
+        lines.append(f"  - {r}")
+    lines.append(f"  predicted: {rec.predicted_steps_per_s:.4g} env-steps/s over the run "
+                 f"({rec.steady_steps_per_s:.4g} while every slot is busy), {rec.predicted_total_steps:.0f} steps, "
+                 f"wall {rec.predicted_wall_s:.1f}s")
+    if rec.use_amp:
+        lines.append("  AMP is recommended but not applied by --workers=auto: it changes the policy's numbers")
+    return "\n".join(lines)
+
+
+_SET_BY_TUNE = ("workers", "slots_per_worker", "eval.batch_size", "eval.use_async_envs", "eval.mode", "policy.placement",
+                "render_device", "eval.num_shards", "launch", "tune.budget_s", "tune.output", "tune.load")
+
+
+def recommended_flags(rec: Recommendation) -> list[str]:
+    out = []
+    if rec.mode == "continuous":
+        out += [f"--workers={rec.workers}", f"--slots_per_worker={rec.slots_per_worker}"]
+        if rec.batch_bound is not None:
+            out.append(f"--eval.batch_size={rec.batch_bound}")
+    else:
+        out += ["--eval.mode=lockstep", f"--eval.batch_size={rec.batch_bound}"]
+        if rec.use_async_envs:
+            out.append("--eval.use_async_envs=true")
+    out.append(f"--render_device={rec.render_device}")
+    if rec.use_amp:
+        out.append("--policy.use_amp=true")
+    if rec.num_shards > 1:
+        out += [f"--eval.num_shards={rec.num_shards}", "--launch=local"]
+    return out
+
+
+def eval_command(flags: dict[str, str], rec: Recommendation) -> str:
+    """The user's flags with the recommended settings in place of the scheduling ones."""
+    keep = [f"--{k}={v}" for k, v in flags.items() if k not in _SET_BY_TUNE and k != "policy.use_amp"]
+    if "policy.use_amp" in flags and not rec.use_amp:
+        keep.append(f"--policy.use_amp={flags['policy.use_amp']}")
+    return shlex.join(["rollbench", "eval", *keep, *recommended_flags(rec)])
+
+
+def default_output(cfg: RunConfig) -> Path:
+    now = dt.datetime.now()
+    return Path("outputs", "tune", now.strftime("%Y-%m-%d"), f"{now.strftime('%H-%M-%S')}_{cfg.env.type_name}_{cfg.policy.type}.json")
+
+
+def save(path: Path, probe: Probe, rec: Recommendation, command: str) -> None:
+    from rollbench.results.store import write_json_atomic
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {
+        "schema": SCHEMA,
+        "probe": probe.to_dict(),
+        "recommendation": dataclasses.asdict(rec),
+        "predicted_steps_per_s": rec.predicted_steps_per_s,
+        "predicted_wall_s": rec.predicted_wall_s,
+        "command": command,
+    }
+    write_json_atomic(path, data)
+
+
+def load(path: str) -> Probe:
+    try:
+        data = json.loads(Path(path).read_text())
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"schema {data.get('schema')!r}, this rollbench reads {SCHEMA}")
+        return Probe.from_dict(data["probe"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError(f"--tune.load={path}: not a `rollbench tune` JSON this version can read ({err})") from None
+
+
+def apply(cfg: RunConfig, rec: Recommendation) -> RunConfig:
+    """The run's config with the recommendation's scheduling settings (never its results)."""
+    changes: dict[str, Any] = {}
+    eval_changes: dict[str, Any] = {}
+    if rec.mode == "continuous":
+        changes["workers"] = rec.workers
+        changes["slots_per_worker"] = cfg.slots_per_worker or rec.slots_per_worker
+        if rec.batch_bound is not None and cfg.eval.batch_size is None:
+            eval_changes["batch_size"] = rec.batch_bound
+    else:
+        changes["workers"] = None
+        if cfg.eval.batch_size is None:
+            eval_changes["batch_size"] = rec.batch_bound
+        if not cfg.eval.use_async_envs:
+            eval_changes["use_async_envs"] = rec.use_async_envs
+    if cfg.render_device == "auto":
+        changes["render_device"] = rec.render_device
+    if eval_changes:
+        changes["eval"] = dataclasses.replace(cfg.eval, **eval_changes)
+    return dataclasses.replace(cfg, **changes)
+
+
+def fits(probe: Probe, cfg: RunConfig) -> bool:
+    """A saved probe describes this machine and this kind of run."""
+    from rollbench.executors.local import cpu_count
+
+    return probe.host == socket.gethostname() and int(probe.machine.cores.v) == cpu_count() and \
+        probe.policy.type == cfg.policy.type and probe.policy.device == cfg.policy.device
+
+
+def for_eval(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int) -> tuple[RunConfig, Probe, Recommendation]:
+    """`--workers=auto`: probe (or load), recommend, apply."""
+    if cfg.tune.load:
+        probe = load(cfg.tune.load)
+        if not fits(probe, cfg):
+            log.warning("--tune.load=%s was measured on %s (%d cores, %s policy on %s); using it anyway",
+                        cfg.tune.load, probe.host, int(probe.machine.cores.v), probe.policy.type, probe.policy.device)
+        # the saved probe's env and policy costs, this run's amount of work
+        from rollbench.executors.local import build_plan
+        from rollbench.plan import shard
+
+        n = len(shard(build_plan(cfg), cfg.eval.shard_id, cfg.eval.num_shards))
+        probe = dataclasses.replace(probe, run=run_shape(cfg, n))
+    else:
+        log.info("--workers=auto: measuring this machine (up to %.0fs, --tune.budget_s)", cfg.tune.budget_s)
+        probe = measure(cfg, policy, load_s, rss_before)
+    rec = recommend(probe)
+    log.info("--workers=auto: %s", " ".join(recommended_flags(rec)))
+    log.info("--workers=auto: %s", rec.bottleneck)
+    return apply(cfg, rec), probe, rec
+
+
+def default_tune_path(cfg: RunConfig) -> Path:
+    return Path(cfg.tune.output) if cfg.tune.output else default_output(cfg)

@@ -1,0 +1,257 @@
+"""`rollbench tune`: the decision logic on recorded probes, and a real short probe."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import load_info, per_episode
+from rollbench import tune
+from rollbench.tune.figures import (
+    EnvProbe,
+    GpuInfo,
+    InferencePoint,
+    MachineProbe,
+    PolicyProbe,
+    Probe,
+    RunShape,
+    estimated,
+    measured,
+)
+from rollbench.tune.model import candidates, continuous_driver, continuous_worker, recommend
+
+GiB = 2**30
+
+
+def recorded(
+    cores: int = 16, mem_gib: float = 64.0, gpus: int = 0, step_ms: float = 0.5, step_all_ms: float | None = None,
+    placement: str = "worker", per_slot_state: bool = True, device: str = "cpu",
+    inference: tuple[tuple[int, float], ...] = (), steps_per_inference: int = 1, worker_rss_mib: float = 300.0,
+    n_tasks: int = 10, n_episodes: int = 50, episode_steps: float = 100.0, constant: bool = False,
+    peak_bytes_per_row: int | None = None, amp_speedup: float | None = None, policy_ms_worker: float = 0.03,
+    **run: Any,
+) -> Probe:
+    """A probe as `rollbench tune` records it, for a machine we may not have."""
+    m = measured
+    gpu_list = tuple(GpuInfo(i, "H200", 143_000, 140_000) for i in range(gpus))
+    points = tuple(
+        InferencePoint(b, ms, 0.05, 1.0, None if peak_bytes_per_row is None else peak_bytes_per_row * b) for b, ms in inference
+    )
+    amp = tuple(dataclasses.replace(p, full_ms=p.full_ms / amp_speedup) for p in points) if amp_speedup else ()
+    return Probe(
+        machine=MachineProbe(m(cores), m(mem_gib * GiB), gpu_list),
+        env=EnvProbe(
+            backend="egl", worker_start_s=m(0.3), first_build_s=m(0.8), build_s=m(0.1), reset_ms=m(5.0),
+            step_ms_1=m(step_ms), step_ms_all=m(step_all_ms if step_all_ms is not None else step_ms * 1.1),
+            render_ms=m(0.0), policy_ms_worker=m(policy_ms_worker if placement == "worker" else 0.0),
+            episode_steps=m(episode_steps) if not constant else estimated(episode_steps, "step limit"),
+            episode_steps_constant=constant, worker_rss_bytes=m(worker_rss_mib * 2**20), roundtrip_ms=m(0.05),
+            max_steps=int(episode_steps * 2) if not constant else int(episode_steps),
+        ),
+        policy=PolicyProbe(
+            type="x", device=device, placement=placement, per_slot_state=per_slot_state, load_s=m(1.0),
+            param_bytes=m(100 * 2**20), rss_bytes=m(500 * 2**20), steps_per_inference=m(steps_per_inference),
+            inference=points, amp_inference=amp,
+        ),
+        run=RunShape(n_units=n_tasks * n_episodes, n_tasks=n_tasks, n_episodes=n_episodes, videos_per_task=0,
+                     device=device, **run),
+    )
+
+
+def test_simulation_bound_cpu_box_uses_every_core_and_no_more():
+    rec = recommend(recorded(cores=16, step_ms=0.5))
+    assert (rec.mode, rec.placement, rec.workers, rec.slots_per_worker) == ("continuous", "worker", 16, 1)
+    assert rec.bottleneck.startswith("simulation-bound: 16 cores")
+    # 16 cores x 1 / (0.55 ms step with all cores busy + 0.05 ms amortised reset + 0.03 ms
+    # policy + 0.03 ms bookkeeping): the steady rate follows the measured step, not a guess
+    assert rec.steady_steps_per_s == pytest.approx(16 * 1000 / 0.66, rel=1e-6)
+    assert rec.predicted_wall_s > rec.predicted_total_steps / rec.steady_steps_per_s
+
+
+def test_oversubscribing_cores_is_never_recommended():
+    probe = recorded(cores=4, step_ms=1.0)
+    walls = {c.workers: c.wall_s for c in candidates(probe)}
+    assert walls[8] > walls[4]  # time-sliced cores: more start-up, no more steps/s
+    assert recommend(probe).workers == 4
+
+
+def test_inference_bound_gpu_policy_gets_big_batches():
+    # a GPU network: 20 ms per call whatever the batch up to 64, then linear
+    probe = recorded(cores=16, gpus=1, device="cuda", placement="driver", step_ms=1.0,
+                     inference=((1, 20.0), (8, 20.0), (64, 21.0), (128, 40.0)))
+    rec = recommend(probe)
+    assert rec.placement == "driver"
+    assert rec.workers * rec.slots_per_worker >= 64  # fills the GPU's flat part
+    assert rec.bottleneck.startswith("inference-bound")
+    assert "inference at batch" in rec.bottleneck
+    small = continuous_driver(probe, 16, 1)
+    assert rec.steady_steps_per_s > 2 * small.steps_per_s
+
+
+def test_chunking_is_amortised_over_its_steps():
+    flat = recorded(placement="driver", inference=((1, 10.0), (16, 40.0)), steps_per_inference=1)
+    chunk = recorded(placement="driver", inference=((1, 10.0), (16, 40.0)), steps_per_inference=10)
+    assert continuous_driver(chunk, 8, 2).steps_per_s > 2.5 * continuous_driver(flat, 8, 2).steps_per_s
+
+
+def test_cpu_inference_shares_the_cores_with_the_workers():
+    # a CPU network that keeps 2 cores busy: workers and driver compete on a 2-core box
+    probe = recorded(cores=2, placement="driver", step_ms=1.5, inference=((1, 40.0), (8, 320.0)), steps_per_inference=10)
+    probe = dataclasses.replace(probe, policy=dataclasses.replace(
+        probe.policy, inference=tuple(dataclasses.replace(p, cpu_util=2.0) for p in probe.policy.inference)))
+    c = continuous_driver(probe, 2, 4)
+    assert c.bound == "cpu"
+    core_ms_per_step = 1.5 + (40.0 / 10)  # sim + amortised inference, in core-ms per row... roughly
+    assert c.steps_per_s < 2 * 1000 / 1.5  # less than the simulation alone could do
+    assert c.steps_per_s > 1000 / (2 * core_ms_per_step)
+
+
+def test_memory_bound_caps_workers_and_says_so():
+    rec = recommend(recorded(cores=32, mem_gib=4.0, worker_rss_mib=600.0))
+    # 4 GiB * 0.8 - 500 MiB of driver policy, / (600 + 500 MiB per worker-placed policy copy)
+    assert rec.workers == 2
+    assert rec.bottleneck.startswith("memory-bound")
+    assert any("memory" in r for r in rec.reasons)
+
+
+def test_several_gpus_get_one_local_shard_each():
+    probe = recorded(cores=32, gpus=4, device="cuda", placement="driver", step_ms=1.0,
+                     inference=((1, 5.0), (64, 6.0), (128, 12.0)))
+    rec = recommend(probe)
+    assert rec.num_shards == 4
+    assert rec.workers <= 8  # each shard gets its share of the cores
+    flags = tune.recommended_flags(rec)
+    assert "--eval.num_shards=4" in flags and "--launch=local" in flags
+    assert "--render_device=gpu" in flags
+
+
+def test_gpu_memory_bounds_the_batch():
+    # 140 GB free, 2 GB of activations per row -> at most ~55 rows per call
+    probe = recorded(cores=64, gpus=1, device="cuda", placement="driver", step_ms=1.0,
+                     inference=((1, 5.0), (64, 5.0), (128, 5.0)), peak_bytes_per_row=2 * 10**9)
+    rec = recommend(probe)
+    assert rec.batch_bound is not None and rec.batch_bound <= 60
+    assert rec.workers * rec.slots_per_worker / 2 <= rec.batch_bound
+    assert f"--eval.batch_size={rec.batch_bound}" in tune.recommended_flags(rec)
+
+
+def test_amp_is_recommended_on_gpu_only_when_measured_faster_and_never_applied():
+    fast = recorded(gpus=1, device="cuda", placement="driver", inference=((1, 10.0), (64, 40.0)), amp_speedup=2.0)
+    same = recorded(gpus=1, device="cuda", placement="driver", inference=((1, 10.0), (64, 40.0)), amp_speedup=1.05)
+    assert recommend(fast).use_amp and not recommend(same).use_amp
+    assert not recommend(recorded(placement="driver", inference=((1, 10.0),))).use_amp  # CPU: never
+
+
+def test_policies_without_slot_state_get_lockstep_batches():
+    probe = recorded(cores=8, placement="driver", per_slot_state=False, step_ms=20.0, n_episodes=32,
+                     inference=((1, 5.0), (32, 6.0)), constant=True, episode_steps=300)
+    rec = recommend(probe)
+    assert rec.mode == "lockstep"
+    assert rec.use_async_envs  # 20 ms steps: worth stepping the batch in subprocesses
+    flags = tune.recommended_flags(rec)
+    assert "--eval.mode=lockstep" in flags and f"--eval.batch_size={rec.batch_bound}" in flags
+    assert rec.batch_bound >= 8
+
+
+def test_worker_placement_rate_follows_the_measured_step():
+    a = continuous_worker(recorded(cores=2, step_ms=0.2, step_all_ms=0.2), 2)
+    b = continuous_worker(recorded(cores=2, step_ms=0.4, step_all_ms=0.4), 2)
+    assert a.steps_per_s > 1.5 * b.steps_per_s
+
+
+def test_probe_json_round_trip():
+    probe = recorded(gpus=2, device="cuda", placement="driver", inference=((1, 5.0), (8, 6.0)), peak_bytes_per_row=10**6)
+    assert Probe.from_dict(json.loads(json.dumps(probe.to_dict()))) == probe
+
+
+def test_eval_command_keeps_the_users_flags_and_replaces_scheduling():
+    rec = recommend(recorded(cores=4))
+    flags = {"env.type": "metaworld", "env.task": "mt10", "policy.type": "expert", "workers": "9", "tune.budget_s": "5"}
+    cmd = tune.eval_command(flags, rec)
+    assert cmd.startswith("rollbench eval --env.type=metaworld --env.task=mt10 --policy.type=expert")
+    assert "--workers=9" not in cmd and "--tune.budget_s" not in cmd
+    assert f"--workers={rec.workers}" in cmd
+
+
+# -- real probes ----------------------------------------------------------------------
+
+
+FAKE = ["--env.type=fake", "--env.step_sleep_s=0.002", "--env.max_steps=30", "--policy.type=expert", "--eval.n_episodes=6"]
+
+
+def test_real_probe_measures_and_predicts(cli, tmp_path: Path):
+    out = tmp_path / "tune.json"
+    r = cli("tune", *FAKE, "--tune.budget_s=4", f"--tune.output={out}")
+    assert r.rc == 0, r.err
+    data = json.loads(out.read_text())
+    probe = Probe.from_dict(data["probe"])
+    # every figure says how it is known
+    for part in (probe.machine, probe.env, probe.policy):
+        for f in dataclasses.fields(part):
+            value = getattr(part, f.name)
+            if hasattr(value, "source"):
+                assert value.source in ("measured", "estimated"), (f.name, value)
+    # a 2 ms sleeping step is measured as such (plus the env's own microseconds)
+    assert 1.9 < probe.env.step_ms_1.v < 6.0
+    assert probe.env.episode_steps.source == "measured"  # the expert ran in the probe, all 3 tasks
+    assert probe.policy.placement == "worker"
+    rec = data["recommendation"]
+    assert data["predicted_steps_per_s"] > 0 and data["predicted_wall_s"] > 0
+    assert rec["workers"] >= 1 and "simulation-bound" in rec["bottleneck"]
+    # the steady rate is workers x one step's rate
+    expected = rec["workers"] * 1000.0 / probe.env.step_ms_1.v
+    assert 0.5 * expected < rec["steady_steps_per_s"] < 1.1 * expected
+    assert "rollbench eval --env.type=fake" in r.out and "[measured" in r.out and "simulation-bound" in r.out
+    assert data["command"] in r.out
+
+
+def test_eval_workers_auto_uses_a_saved_probe_and_results_do_not_change(cli, tmp_path: Path):
+    saved = tmp_path / "tune.json"
+    assert cli("tune", *FAKE, "--tune.budget_s=3", f"--tune.output={saved}").rc == 0
+    auto, plain = tmp_path / "auto", tmp_path / "plain"
+    r = cli("eval", *FAKE, "--workers=auto", f"--tune.load={saved}", f"--output_dir={auto}")
+    assert r.rc == 0, r.err
+    assert cli("eval", *FAKE, "--workers=1", f"--output_dir={plain}").rc == 0
+    info = load_info(auto)
+    assert info["tune"]["predicted_steps_per_s"] > 0
+    assert info["scheduling"]["workers"] == json.loads(saved.read_text())["recommendation"]["workers"]
+    assert per_episode(auto) == per_episode(plain)
+
+
+def test_eval_workers_auto_probes_when_nothing_is_saved(cli, tmp_path: Path):
+    r = cli("eval", *FAKE, "--workers=auto", "--tune.budget_s=2", f"--output_dir={tmp_path}")
+    assert r.rc == 0, r.err
+    assert "--workers=auto: measuring" in r.err
+    assert load_info(tmp_path)["tune"]["flags"]
+
+
+def test_real_probe_of_a_driver_policy_times_batches(cli, tmp_path: Path):
+    out = tmp_path / "tune.json"
+    r = cli("tune", "--env.type=fake", "--policy.type=module", "--policy.path=helpers_policies:make_chunky",
+            "--policy.placement=driver", "--eval.n_episodes=8", "--tune.budget_s=4", f"--tune.output={out}")
+    assert r.rc == 0, r.err
+    probe = Probe.from_dict(json.loads(out.read_text())["probe"])
+    batches = [p.batch for p in probe.policy.inference]
+    assert batches[:3] == [1, 2, 4]
+    assert all(p.full_ms > 0 for p in probe.policy.inference)
+    assert probe.env.episode_steps.source == "estimated"  # a driver policy does not run in the probe
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--tune.budget_s=0"], "--tune.budget_s=0.0 is not allowed"),
+        (["--tune.load=/nope.json", "--workers=auto"], "--tune.load=/nope.json: not a `rollbench tune` JSON"),
+        (["--workers=lots"], "--workers='lots'"),
+        (["--tune.bogus=1"], "unknown flag --tune.bogus"),
+    ],
+)
+def test_bad_tune_flags_are_one_line_errors(cli, tmp_path: Path, flags: list[str], needle: str):
+    r = cli("eval", *FAKE, *flags, f"--output_dir={tmp_path}")
+    assert r.rc == 2
+    assert needle in r.err and "Traceback" not in r.err
+    assert len(r.err.strip().splitlines()) == 1
