@@ -90,3 +90,15 @@ class _Chunky:
 def make_chunky(ctx: Any) -> _Chunky:
     """A per-slot chunking policy with a known cost per call."""
     return _Chunky(ctx)
+
+
+class _AtMostTwoRows(_Const):
+    def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
+        if len(slots) > 2:
+            raise RuntimeError(f"called with {len(slots)} rows")
+        return super().act(batch, slots)
+
+
+def at_most_two_rows(ctx: Any) -> _Const:
+    """Zeros; raises when a call has more than 2 rows (checks --eval.batch_size as a bound)."""
+    return _AtMostTwoRows(ctx, 0.0)

@@ -127,3 +127,14 @@ def test_metaworld_two_local_shards_match_one_process(tmp_path: Path) -> None:
     assert res.rc == 0, res.err
     assert per_episode(two) == per_episode(one)
     assert len(per_episode(one)) == 4
+
+
+def test_workers_auto_probes_once_and_sizes_each_shard(tmp_path: Path, single: dict) -> None:
+    res = run_subprocess(*FAKE, "--eval.num_shards=2", "--launch=local", "--workers=auto", "--tune.budget_s=2",
+                         f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    assert "measuring this machine once for all 2 shards" in res.err
+    assert per_episode(tmp_path) == single
+    for k in range(2):
+        head = (tmp_path / "logs" / f"shard-{k}.log").read_text().splitlines()[0]
+        assert "--workers=auto" not in head and "--workers=" in head and "--slots_per_worker=" in head

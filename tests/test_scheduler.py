@@ -154,3 +154,13 @@ def test_pixel_observations_through_shared_memory(cli, tmp_path: Path, env: list
     assert a.rc == 0 and b.rc == 0, a.err + b.err
     assert per_episode(tmp_path / "a") == per_episode(tmp_path / "b")
     assert len(per_episode(tmp_path / "a")) == 3
+
+
+def test_batch_size_bounds_rows_per_call_in_driver_placement(cli, tmp_path: Path) -> None:
+    base = [*FAKE, "--policy.type=module", "--policy.path=helpers_policies:at_most_two_rows", "--eval.mode=continuous",
+            "--policy.placement=driver", "--workers=2", "--slots_per_worker=4"]
+    unbounded = cli(*base, f"--output_dir={tmp_path / 'a'}")
+    assert unbounded.rc == 1 and "called with 4 rows" in unbounded.err  # 2 workers x 4 slots in 2 groups
+    bounded = cli(*base, "--eval.batch_size=2", f"--output_dir={tmp_path / 'b'}")
+    assert bounded.rc == 0, bounded.err
+    assert len(per_episode(tmp_path / "b")) == 18

@@ -145,7 +145,7 @@ def schedule(cfg: RunConfig, ctx: StepContext, units: list[EpisodeUnit], how: Pl
         workers=how.workers, slots_per_worker=how.slots_per_worker, placement=how.placement,
         max_retries=cfg.eval.max_retries, step_timeout_s=cfg.eval.step_timeout_s,
         log_dir=Path(cfg.output_dir) / "logs", gl_backend=os.environ.get("MUJOCO_GL", "egl"),
-        video=video_plan(cfg),
+        video=video_plan(cfg), max_batch=cfg.eval.batch_size,
     )
     return run_continuous(ctx, units, opts)
 

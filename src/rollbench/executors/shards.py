@@ -72,10 +72,15 @@ def user_flags(flags: dict[str, str], cfg: RunConfig) -> list[str]:
     return [*out, f"--output_dir={cfg.output_dir}"]
 
 
-def child_argv(flags: dict[str, str], cfg: RunConfig, shard_id: int) -> list[str]:
+def child_argv(flags: dict[str, str], cfg: RunConfig, shard_id: int, tuned: Sequence[str] = ()) -> list[str]:
+    """`tuned`: scheduling flags measured once by the parent (`--workers=auto`), replacing the user's."""
+    mine = user_flags(flags, cfg)
+    if tuned:
+        names = {f.split("=", 1)[0] for f in tuned} | {"--workers", "--tune.load", "--tune.budget_s"}
+        mine = [f for f in mine if f.split("=", 1)[0] not in names]
     # resume=true: the parent already applied --resume=false once, in prepare()
     argv = [
-        sys.executable, "-m", "rollbench", "eval", *user_flags(flags, cfg),
+        sys.executable, "-m", "rollbench", "eval", *mine, *tuned,
         f"--eval.shard_id={shard_id}", "--launch=none", "--resume=true",
     ]
     if cfg.workers is None:
@@ -192,6 +197,23 @@ def stop(shards: Sequence[Shard]) -> None:
 # -- the launcher -----------------------------------------------------------------------
 
 
+def _tune_shards(cfg: RunConfig) -> list[str]:
+    """`--workers=auto` under the launcher: probe once here (children probing at the same
+    time would measure each other), then size one shard with its share of the cores."""
+    import dataclasses
+
+    from rollbench import tune
+
+    log.info("--workers=auto: measuring this machine once for all %d shards (up to %.0fs)", cfg.eval.num_shards, cfg.tune.budget_s)
+    probe = tune.measure(dataclasses.replace(cfg, workers=None))
+    share = max(1, int(probe.machine.cores.v) // cfg.eval.num_shards)
+    machine = dataclasses.replace(probe.machine, cores=dataclasses.replace(probe.machine.cores, value=float(share)))
+    rec = tune.recommend(dataclasses.replace(probe, machine=machine))
+    flags = [f for f in tune.recommended_flags(rec) if not f.startswith(("--eval.num_shards", "--launch"))]
+    log.info("--workers=auto: each shard gets %s", " ".join(flags))
+    return flags
+
+
 def launch_local(cfg: RunConfig, flags: dict[str, str]) -> int:
     from rollbench.executors.local import build_plan, versions, write_eval_info
     from rollbench.results.summary import table
@@ -213,6 +235,7 @@ def launch_local(cfg: RunConfig, flags: dict[str, str]) -> int:
         log.info("resuming in %s: %d of %d episodes already done", output_dir, len(already), len(plan))
 
     n = cfg.eval.num_shards
+    tuned = _tune_shards(cfg) if cfg.workers == "auto" else []
     gpus = find_gpus() if cfg.render_device != "cpu" else []
     gl = gl_backend(cfg.render_device, gpus)
     placement = assign_gpus(gpus, n)
@@ -224,7 +247,7 @@ def launch_local(cfg: RunConfig, flags: dict[str, str]) -> int:
     shards: list[Shard] = []
     try:
         for k in range(n):
-            argv = child_argv(flags, cfg, k)
+            argv = child_argv(flags, cfg, k, tuned)
             log_path = output_dir / LOGS_DIR / f"shard-{k}.log"
             fh = open(log_path, "ab")  # noqa: SIM115 (closed when the child ends)
             fh.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(argv)}\n".encode())

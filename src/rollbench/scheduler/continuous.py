@@ -54,6 +54,7 @@ class PoolOptions:
     log_dir: Path
     gl_backend: str = "egl"
     video: VideoPlan | None = None
+    max_batch: int | None = None  # driver placement: at most this many rows per policy call
 
 
 class UnitQueue:
@@ -121,6 +122,12 @@ def _tail(path: Path, n: int = STDERR_TAIL_LINES) -> str:
     except OSError:
         return ""
     return "\n".join(lines[-n:])
+
+
+def _rows(batch: Any, lo: int, hi: int) -> Any:
+    if isinstance(batch, dict):
+        return {k: _rows(v, lo, hi) for k, v in batch.items()}
+    return batch[lo:hi]
 
 
 def _concat(parts: list[Any]) -> Any:
@@ -422,7 +429,12 @@ class ContinuousScheduler:
         actions: dict[int, dict[int, Any]] = {w.index: {} for w in group}
         if slots:
             batch = _concat(parts) if self.layout is not None else stack_any(parts)
-            out = self.ctx.act(self.policy, batch, slots, descriptions)
+            bound = self.opts.max_batch or len(slots)
+            outs = []
+            for lo in range(0, len(slots), bound):  # --eval.batch_size bounds a call (e.g. GPU memory)
+                part = batch if bound >= len(slots) else _rows(batch, lo, lo + bound)
+                outs.append(self.ctx.act(self.policy, part, slots[lo : lo + bound], descriptions[lo : lo + bound]))
+            out = outs[0] if len(outs) == 1 else np.concatenate(outs)
             for (w, i), a in zip(owners, out, strict=True):
                 actions[w.index][i] = a
         for w in group:
