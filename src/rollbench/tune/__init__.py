@@ -67,6 +67,7 @@ def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, r
         t0 = time.perf_counter()
         policy = StepContext(cfg.env, cfg.policy).make_policy()
         load_s = time.perf_counter() - t0
+        started = time.monotonic()  # the budget is for measuring; loading is the policy's own cost
     probe_cfg = dataclasses.replace(cfg, workers=1)
     how = decide(probe_cfg, policy)
     backend = choose_backend(cfg.render_device)
