@@ -206,7 +206,8 @@ def continuous_driver(probe: Probe, workers: int, slots: int) -> Candidate:
     inf = infer_ms(probe, b)
     sim = slots * step_ms(probe, workers) + probe.env.roundtrip_ms.v
     pipelined = max(groups * inf, sim + inf) if groups == 2 else sim + inf
-    cycle, bound = pipelined, ("inference" if groups * inf >= sim + inf and groups == 2 else "simulation")
+    inference_bound = groups * inf >= sim + inf if groups == 2 else inf >= sim
+    cycle, bound = pipelined, ("inference" if inference_bound else "simulation")
     if probe.policy.device == "cpu":
         core_ms = rows * (probe.env.step_ms_1.v + _per_step_extras(probe)) + groups * inf * cpu_util(probe, b)
         if core_ms / c > cycle:

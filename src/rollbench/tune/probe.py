@@ -275,6 +275,10 @@ def _median(xs: list[float]) -> float:
     return float(np.median(xs)) if xs else 0.0
 
 
+def _mean(xs: list[float]) -> float:
+    return float(np.mean(xs)) if xs else 0.0
+
+
 def probe_env(cfg: RunConfig, units: list[EpisodeUnit], budget_s: float, backend: str, with_policy: bool,
               render: bool, n_parallel: int, other_backend: str | None) -> tuple[EnvProbe, Any]:
     """Measure the env; returns the probe and one observation (for the policy's probe)."""
@@ -298,10 +302,16 @@ def probe_env(cfg: RunConfig, units: list[EpisodeUnit], budget_s: float, backend
     conn.send("done")
     proc.join(timeout=30)
 
-    step1 = 1000.0 * _median(res["steps"])
-    step_all: Figure = measured(step1, "one process alone (one core)") if n_parallel <= 1 else None  # type: ignore[assignment]
+    # means, not medians: the wall time of a run is the sum of its steps, outliers included
+    step1 = 1000.0 * _mean(res["steps"])
+    step_all = measured(step1, "one core: the same as one process alone")
     if n_parallel > 1:
-        step_all = _parallel(cfg, order[0], backend, n_parallel, max(2.0, budget_s * 0.12), step1)
+        first = 1000.0 * _mean(res["steps"][: max(1, res["lengths"][0])])
+        together = _parallel(cfg, order[0], backend, n_parallel, max(2.0, budget_s * 0.12))
+        # the parallel probe steps the first task only: scale the all-task mean by its contention
+        step_all = measured(step1 * together / max(first, 1e-9),
+                            f"{n_parallel} processes stepping {order[0].task} at once: {together / max(first, 1e-9):.2f}x "
+                            f"its time alone")
     other = None
     if other_backend and render:
         other = _other_render(cfg, order[0], other_backend, max(2.0, budget_s * 0.1))
@@ -326,11 +336,11 @@ def probe_env(cfg: RunConfig, units: list[EpisodeUnit], budget_s: float, backend
         build_s=measured(_median(builds[1:]), f"{len(builds) - 1} more envs") if len(builds) > 1
         else estimated(builds[0] / 2, "only one env built in the budget; half the first build"),
         reset_ms=measured(1000.0 * _median(res["resets"])),
-        step_ms_1=measured(step1, f"median of {len(res['steps'])} steps, one process"),
+        step_ms_1=measured(step1, f"mean of {len(res['steps'])} steps over {len(lengths)} episodes, one process"),
         step_ms_all=step_all,
         render_ms=measured(1000.0 * _median(res["renders"]), f"{len(res['renders'])} frames") if res["renders"]
         else measured(0.0, "no video frames requested"),
-        policy_ms_worker=measured(1000.0 * _median(res["policy_ms"]), "per step, batch 1, one thread") if res["policy_ms"]
+        policy_ms_worker=measured(1000.0 * _mean(res["policy_ms"]), "per step, batch 1, one thread") if res["policy_ms"]
         else measured(0.0, "the policy does not run in the workers"),
         episode_steps=ep_steps,
         episode_steps_constant=constant,
@@ -342,7 +352,7 @@ def probe_env(cfg: RunConfig, units: list[EpisodeUnit], budget_s: float, backend
     ), obs
 
 
-def _parallel(cfg: RunConfig, unit: EpisodeUnit, backend: str, n: int, seconds: float, step1: float) -> Figure:
+def _parallel(cfg: RunConfig, unit: EpisodeUnit, backend: str, n: int, seconds: float) -> float:
     spec = EnvProbeSpec(cfg, (unit,), seconds, backend, False, False, time.time())
     procs = [_start(_child_parallel, spec) for _ in range(n)]
     try:
@@ -356,7 +366,7 @@ def _parallel(cfg: RunConfig, unit: EpisodeUnit, backend: str, n: int, seconds: 
             proc.join(timeout=10)
             if proc.is_alive():
                 proc.kill()
-    return measured(float(np.median(per)), f"{n} processes stepping at once for {seconds:.0f}s")
+    return float(np.mean(per))
 
 
 def _child_render(conn: Any, spec: EnvProbeSpec) -> None:
