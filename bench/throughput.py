@@ -4,7 +4,11 @@
     python bench/throughput.py --workload mt10-mlp                         (needs torch)
 
 Variants, each run on exactly the same units (MT10 x episodes, seeds 1000+i):
-  ceiling     one raw loop per core: build env, reset(seed), step with the policy; no harness
+  ceiling     one raw process per core, no harness: the plan cut into one contiguous share per
+              process (whole tasks where possible), each task's env built once per process,
+              reset(seed), step with the policy. Prints its start-up + env builds (warm-up:
+              simulator, GL context, first frame) apart from its steady-state rate (steps over
+              each process's stepping time, summed over processes: the physical ceiling)
   continuous  rollbench continuous batching (default workers, slots and placement)
   continuous-worker / continuous-driver   the same with --policy.placement forced
   lockstep    rollbench lockstep mode (--eval.batch_size, sync envs: lerobot-eval's default)
@@ -14,18 +18,28 @@ Variants, each run on exactly the same units (MT10 x episodes, seeds 1000+i):
 Env-steps/s counts the steps of the episodes (the same total for every variant; checked),
 over the wall time of the whole variant, env builds and process starts included. Each
 variant runs `--repeats` times, interleaved; the medians and their ratios are printed.
+CPU ms/step is the CPU time of every process of the variant (this one and all its
+descendants, sampled from /proc) per env step: on a machine that other jobs load, wall-clock
+rates follow the share of the cores the variant got, CPU per step does not.
+
+Every variant renders with the same settings ($MUJOCO_GL, $LP_NUM_THREADS as this process has
+them); `bench/render_threads.py` compares llvmpipe thread counts and GL backends on their own.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing as mp
 import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,47 +53,126 @@ from rollbench.executors.local import cpu_count, run_eval
 from rollbench.plan import EpisodeUnit, make_plan
 
 
+class CpuMeter:
+    """CPU seconds of this process and its descendants while in use (Linux /proc, sampled
+    every 0.1 s, so a process that exits loses at most its last 0.1 s)."""
+
+    def __init__(self) -> None:
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.start: dict[int, float] = {}
+        self.seen: dict[int, float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _tree(self) -> dict[int, float]:
+        stats: dict[int, tuple[int, float]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as fh:
+                        fields = fh.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / self.tick)
+        out = {os.getpid(): stats.get(os.getpid(), (0, 0.0))[1]}
+        frontier = [os.getpid()]
+        while frontier:
+            parent = frontier.pop()
+            for pid, (ppid, cpu) in stats.items():
+                if ppid == parent and pid not in out:
+                    out[pid] = cpu
+                    frontier.append(pid)
+        return out
+
+    def _sample(self) -> None:
+        for pid, cpu in self._tree().items():
+            self.seen[pid] = max(self.seen.get(pid, 0.0), cpu)
+
+    def _poll(self) -> None:
+        while not self.stop.wait(0.1):
+            self._sample()
+
+    def __enter__(self) -> CpuMeter:
+        self.start = self._tree()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self._sample()
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(cpu - self.start.get(pid, 0.0) for pid, cpu in self.seen.items())
+
+
 def _units(cfg: Any) -> list[EpisodeUnit]:
     return make_plan(cfg.env.tasks(), cfg.eval.n_episodes, cfg.seed)
 
 
-def _raw_share(args: tuple[Any, list[EpisodeUnit], str]) -> int:
-    """One core's raw loop over its share of the units; returns env steps taken."""
+def _raw_share(args: tuple[Any, list[EpisodeUnit], str]) -> dict[str, float]:
+    """One core's raw loop over its share (task by task, each task's env built once).
+
+    Returns its steps, warm-up seconds (env build and first reset: the simulator, the GL
+    context, the first frame) and steady-state seconds (every episode's reset and steps).
+    """
     bench, units, workload = args
-    envs: dict[str, Any] = {}
-    steps = 0
-    for u in units:  # a process's units come task by task: one env alive at a time
-        if u.task not in envs:
-            for old in envs.values():
-                old.close()  # frees its GL context too
-            envs = {u.task: bench.make_task_env(u.task)}
-        env = envs[u.task]
-        act = make_raw_policy(workload, bench, u)
-        obs, _ = env.reset(seed=u.seed)
-        for _ in range(bench.effective_max_steps(u.task)):
-            obs, _, terminated, truncated, info = env.step(act(bench.to_features(obs)))
-            steps += 1
-            if terminated or truncated or info.get("is_success"):
-                break
-    for env in envs.values():
-        env.close()
-    return steps
+    steps, warm_s, steady_s, steady_cpu_s = 0, 0.0, 0.0, 0.0
+    for task, group in itertools.groupby(units, key=lambda u: u.task):
+        task_units = list(group)
+        t0 = time.perf_counter()
+        env = bench.make_task_env(task)
+        env.reset(seed=task_units[0].seed)
+        t1, c1 = time.perf_counter(), time.process_time()  # CPU of all threads (llvmpipe's too)
+        for u in task_units:
+            act = make_raw_policy(workload, bench, u)
+            obs, _ = env.reset(seed=u.seed)
+            for _ in range(bench.effective_max_steps(u.task)):
+                obs, _, terminated, truncated, info = env.step(act(bench.to_features(obs)))
+                steps += 1
+                if terminated or truncated or info.get("is_success"):
+                    break
+        t2, c2 = time.perf_counter(), time.process_time()
+        env.close()  # frees its GL context too: one alive per process
+        warm_s, steady_s, steady_cpu_s = warm_s + t1 - t0, steady_s + t2 - t1, steady_cpu_s + c2 - c1
+    return {"steps": steps, "warm_s": warm_s, "steady_s": steady_s, "steady_cpu_s": steady_cpu_s}
 
 
-def ceiling(flags: dict[str, str], workload: str) -> tuple[float, int]:
+def _noop(_: int) -> int:
+    return os.getpid()
+
+
+@dataclass
+class Outcome:
+    wall_s: float
+    steps: int
+    steady: float | None = None  # the ceiling's steady-state steps/s
+    note: str = ""
+
+
+def ceiling(flags: dict[str, str], workload: str) -> Outcome:
     cfg = config_from_flags(flags)
-    units = _units(cfg)
+    units = _units(cfg)  # task by task
     n = cpu_count()
-    # whole tasks per process, balanced by episode count: each task's env is built once
-    tasks = sorted({u.task for u in units})
-    shares = [(cfg.env, [u for u in units if tasks.index(u.task) % n == i], workload) for i in range(n)]
+    # n contiguous shares of equal size (±1): every core busy to the end, a task's env built
+    # in as few processes as possible (once when tasks >= cores and divide evenly)
+    bounds = [round(i * len(units) / n) for i in range(n + 1)]
+    shares = [(cfg.env, units[bounds[i] : bounds[i + 1]], workload) for i in range(n)]
     start = time.perf_counter()
     with mp.get_context("forkserver").Pool(n) as pool:
-        steps = sum(pool.map(_raw_share, shares))
-    return time.perf_counter() - start, steps
+        pool.map(_noop, range(n), chunksize=1)  # processes up before the clock of the shares starts
+        started = time.perf_counter()
+        parts = pool.map(_raw_share, shares, chunksize=1)
+    wall = time.perf_counter() - start
+    steady = sum(p["steps"] / p["steady_s"] for p in parts if p["steady_s"] > 0)
+    steady_cpu_ms = 1000 * sum(p["steady_cpu_s"] for p in parts) / max(1, sum(int(p["steps"]) for p in parts))
+    note = (f"start-up {started - start:.1f} s, env builds + first frames {max(p['warm_s'] for p in parts):.1f} s "
+            f"(slowest process), steady state {steady:.1f} steps/s at {steady_cpu_ms:.1f} CPU ms/step")
+    return Outcome(wall, sum(int(p["steps"]) for p in parts), steady, note)
 
 
-def lerobot_style(flags: dict[str, str], batch_size: int) -> tuple[float, int]:
+def lerobot_style(flags: dict[str, str], batch_size: int) -> Outcome:
     """lerobot-eval's rollout loop, without its harness: sequential tasks, one sync batch."""
     import gymnasium as gym
 
@@ -112,10 +205,10 @@ def lerobot_style(flags: dict[str, str], batch_size: int) -> tuple[float, int]:
                         done[i] = trackers[i].update(rew[i], term[i], trunc[i], infos[i])
                 steps += sum(t.n_steps for t in trackers)
             vec.close()
-    return time.perf_counter() - start, steps
+    return Outcome(time.perf_counter() - start, steps)
 
 
-def via_rollbench(flags: dict[str, str], extra: dict[str, str]) -> tuple[float, int]:
+def via_rollbench(flags: dict[str, str], extra: dict[str, str]) -> Outcome:
     with tempfile.TemporaryDirectory() as d:
         cfg = config_from_flags({**flags, **extra, "output_dir": d, "resume": "false"})
         start = time.perf_counter()
@@ -123,7 +216,7 @@ def via_rollbench(flags: dict[str, str], extra: dict[str, str]) -> tuple[float, 
             result = run_eval(cfg, progress_stream=null)
         wall = time.perf_counter() - start
         steps = sum(sum(t["metrics"]["n_steps"]) for t in result.info["per_task"])
-    return wall, steps
+    return Outcome(wall, steps)
 
 
 def main() -> None:
@@ -150,7 +243,7 @@ def main() -> None:
 
     apply_backend(choose_backend(args.render_device))  # the ceiling's processes render the same way
     print(f"MUJOCO_GL={os.environ['MUJOCO_GL']}")
-    runs = {
+    runs: dict[str, Callable[[], Outcome]] = {
         "ceiling": lambda: ceiling(flags, args.workload),
         "continuous": lambda: via_rollbench(flags, {"eval.mode": "continuous"}),
         "continuous-worker": lambda: via_rollbench(flags, {"eval.mode": "continuous", "policy.placement": "worker"}),
@@ -160,23 +253,35 @@ def main() -> None:
     }
     variants = [v.strip() for v in args.variants.split(",")]
     rates: dict[str, list[float]] = {v: [] for v in variants}
+    steady: dict[str, list[float]] = {}
+    cpu_ms: dict[str, list[float]] = {}
     steps_seen: dict[str, int] = {}
     for r in range(args.repeats):
         for v in variants:
-            wall, steps = runs[v]()
-            rates[v].append(steps / wall)
-            steps_seen[v] = steps
-            print(f"repeat {r + 1} {v:<10} {steps:>7} steps {wall:7.2f} s {steps / wall:8.0f} steps/s", flush=True)
+            with CpuMeter() as meter:
+                out = runs[v]()
+            rates[v].append(out.steps / out.wall_s)
+            cpu_ms.setdefault(v, []).append(1000 * meter.cpu_s / out.steps)
+            if out.steady is not None:
+                steady.setdefault(f"{v} steady", []).append(out.steady)
+            steps_seen[v] = out.steps
+            note = f"  ({out.note})" if out.note else ""
+            print(f"repeat {r + 1} {v:<18} {out.steps:>7} steps {out.wall_s:7.2f} s {out.steps / out.wall_s:8.1f} steps/s "
+                  f"{cpu_ms[v][-1]:6.1f} CPU ms/step{note}", flush=True)
     if len(set(steps_seen.values())) != 1:
         print(f"WARNING: variants took different step totals: {steps_seen}")
-    med = {v: statistics.median(x) for v, x in rates.items()}
+    med = {v: statistics.median(x) for v, x in {**rates, **steady}.items()}
     print(f"\nworkload {args.workload}: {args.episodes} episodes x 10 tasks, {cpu_count()} cores, "
-          f"median of {args.repeats}")
-    for v in variants:
-        print(f"  {v:<10} {med[v]:8.0f} env-steps/s")
+          f"median of {args.repeats} (steady: the ceiling's stepping alone, its warm-up excluded)")
+    for v in med:
+        cpu = f"{statistics.median(cpu_ms[v]):8.1f} CPU ms/step" if v in cpu_ms else ""
+        print(f"  {v:<25} {med[v]:8.1f} env-steps/s {cpu}")
     for c in (v for v in variants if v.startswith("continuous")):
-        for v in (v for v in variants if not v.startswith("continuous")):
-            print(f"  {c} / {v} = {med[c] / med[v]:.2f}")
+        for v in (v for v in med if not v.startswith("continuous")):
+            cpu = ""
+            if v in cpu_ms:
+                cpu = f"   CPU per step: {v} / {c} = {statistics.median(cpu_ms[v]) / statistics.median(cpu_ms[c]):.2f}"
+            print(f"  {c} / {v} = {med[c] / med[v]:.2f}{cpu}")
 
 
 if __name__ == "__main__":

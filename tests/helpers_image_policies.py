@@ -60,3 +60,33 @@ def libero_default(ctx: Any) -> _Checking:
         "observation.images.image2": ((256, 256, 3), "uint8"),
         "observation.state": ((8,), "float32"),
     })
+
+
+class _LiberoInitStateCheck:
+    """LIBERO with `--env.num_steps_wait=0 --env.state_keys=robot_state/joints/pos`: the first
+    observation of episode i must hold the arm joints of the task's `init_states[i % n]`
+    (a flattened state is [time, qpos, qvel]; the arm's 7 joints are qpos[0:7]). Zero actions."""
+
+    cheap = True
+
+    def __init__(self, ctx: Any) -> None:
+        self.bench = ctx.benchmark
+        self.space = ctx.action_space
+        self.expected: dict[int, tuple[int, np.ndarray]] = {}  # slot -> (episode index, joints)
+
+    def reset(self, slots: Sequence[int], episodes: Sequence[Any]) -> None:
+        for slot, ep in zip(slots, episodes, strict=True):
+            init = self.bench.initial_states(ep.task)
+            self.expected[slot] = (ep.episode_index, init[ep.episode_index % len(init)][1:8])
+
+    def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
+        state = np.asarray(batch["observation.state"])
+        for row, slot in enumerate(slots):
+            if slot in self.expected:  # the episode's first step
+                index, joints = self.expected.pop(slot)
+                assert np.array_equal(state[row], joints), f"episode {index} did not start from init_states[{index} % n]"
+        return np.zeros((len(slots), *self.space.shape), dtype=self.space.dtype)
+
+
+def libero_init_state_check(ctx: Any) -> _LiberoInitStateCheck:
+    return _LiberoInitStateCheck(ctx)

@@ -2,19 +2,54 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
 from conftest import REPO, TESTS, load_info, per_episode, run_subprocess
+from rollbench.benchmarks.fake import CountdownEnv, FakeConfig
 from rollbench.config import BENCHMARKS, BenchmarkConfig, register_benchmark
+from rollbench.config.env import EPISODE_INDEX_ATTR, set_episode_index
 from rollbench.errors import ConfigError, UnknownNameError
 from rollbench.policies.base import POLICIES
 
 LOCKSTEP = "--eval.mode=lockstep"
+
+
+# -- the episode-index hook ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _IndexedFake(FakeConfig):
+    uses_episode_index = True
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_episode_index_reaches_each_sub_env_before_reset(use_async):
+    """The lockstep path: one index per sub-env of a sync or async vector env."""
+    envs = [functools.partial(CountdownEnv, 0.3, 5) for _ in range(3)]
+    vec = gym.vector.AsyncVectorEnv(envs, context="forkserver") if use_async else gym.vector.SyncVectorEnv(envs)
+    try:
+        set_episode_index(_IndexedFake(task="near"), vec, [4, 5, 6])
+        vec.reset(seed=[1, 2, 3])
+        assert list(vec.get_attr(EPISODE_INDEX_ATTR)) == [4, 5, 6]
+    finally:
+        vec.close()
+
+
+def test_episode_index_is_set_only_for_benchmarks_that_use_it():
+    """The continuous path: one env; a benchmark that does not opt in gets nothing set."""
+    env = _IndexedFake(task="near").make_task_env("near")
+    set_episode_index(_IndexedFake(task="near"), env, [9])
+    assert getattr(env, EPISODE_INDEX_ATTR) == 9
+    plain = FakeConfig(task="near").make_task_env("near")
+    set_episode_index(FakeConfig(task="near"), plain, [9])
+    assert not hasattr(plain, EPISODE_INDEX_ATTR)
 
 
 # -- registry ------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("libero")
 
 from conftest import per_episode
-from rollbench.benchmarks.libero import LiberoConfig, find_assets, libero_preprocess, quat_to_axis_angle
+from rollbench.benchmarks.libero import NOOP, LiberoConfig, find_assets, libero_preprocess, quat_to_axis_angle
 
 pytestmark = [pytest.mark.libero, pytest.mark.slow]
 
@@ -37,6 +37,51 @@ def test_spatial_task0_lockstep_equals_continuous_and_keys(cli, tmp_path):
     assert ea == eb
     assert sorted(ea) == [("libero_spatial", 0, 0), ("libero_spatial", 0, 1)]
     assert all(v[3] == 3 for v in ea.values())
+
+
+@needs_assets
+def test_episode_i_starts_from_init_state_i_mod_n_for_any_seed(cli, tmp_path):
+    """--seed=7 (not a multiple of 50): episode i still starts from init_states[i % 50], in
+    lockstep (per-env `set_attr` on a batch of 2, then a padded batch) and in continuous mode.
+    The policy compares the first observed arm joints with the init-state array itself."""
+    flags = (
+        "eval", "--env.type=libero", "--env.task=libero_spatial", "--env.task_ids=0", "--seed=7",
+        "--env.num_steps_wait=0", "--env.episode_length=1", "--eval.n_episodes=3",
+        "--env.camera_name=agentview_image", "--env.observation_height=16", "--env.observation_width=16",
+        "--env.state_keys=robot_state/joints/pos",
+        "--policy.type=module", "--policy.path=helpers_image_policies:libero_init_state_check",
+    )
+    a = cli(*flags, "--eval.mode=lockstep", "--eval.batch_size=2", f"--output_dir={tmp_path / 'a'}")
+    assert a.rc == 0, a.err
+    b = cli(*flags, "--eval.mode=continuous", "--workers=2", f"--output_dir={tmp_path / 'b'}")
+    assert b.rc == 0, b.err
+    ea, eb = per_episode(tmp_path / "a"), per_episode(tmp_path / "b")
+    assert ea == eb
+    assert [v[4] for _, v in sorted(ea.items())] == [7, 8, 9]  # seeds: the check is not seed % 50
+
+
+@needs_assets
+def test_frames_stay_right_after_another_env_in_the_process_closes():
+    """A worker closes a finished task's env while another renders: robosuite freed the
+    closed env's GL objects in the other env's context, whose frames became garbage."""
+    cfg = LiberoConfig(task="libero_spatial", task_ids=("0", "1"), obs_type="pixels", camera_name="agentview_image",
+                       observation_height=32, observation_width=32, num_steps_wait=0)
+    first, second = cfg.tasks()["libero_spatial"]
+
+    def frames(close_other: bool) -> np.ndarray:
+        other = cfg.make_task_env(first) if close_other else None
+        env = cfg.make_task_env(second)
+        try:
+            if other is not None:
+                other.reset(seed=1)
+            env.reset(seed=1)
+            if other is not None:
+                other.close()
+            return np.stack([env.step(NOOP.astype(np.float32))[0]["pixels/image"] for _ in range(2)])
+        finally:
+            env.close()
+
+    np.testing.assert_array_equal(frames(close_other=True), frames(close_other=False))
 
 
 def test_processor_flips_images_and_builds_the_8d_state():

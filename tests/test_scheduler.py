@@ -156,6 +156,21 @@ def test_pixel_observations_through_shared_memory(cli, tmp_path: Path, env: list
     assert len(per_episode(tmp_path / "a")) == 3
 
 
+@pytest.mark.metaworld
+def test_pixels_stay_right_after_a_worker_closes_another_tasks_env(cli, tmp_path: Path) -> None:
+    """One slot runs reach, then push; closing reach's env (its task is done) while push's
+    lives released push's GL context, and push's frames came back black. Actions computed
+    from the image make the episodes differ from lockstep's when that happens."""
+    base = ["eval", "--env.type=metaworld", "--env.task=reach-v3,push-v3", "--env.obs_type=pixels_agent_pos",
+            "--env.observation_width=32", "--env.observation_height=32", "--env.episode_length=6",
+            "--policy.type=module", "--policy.path=helpers_sched:image_mean_policy", "--eval.n_episodes=2"]
+    a = cli(*base, "--eval.mode=lockstep", f"--output_dir={tmp_path / 'a'}")
+    b = cli(*base, "--eval.mode=continuous", "--policy.placement=driver", "--workers=1", "--slots_per_worker=1",
+            f"--output_dir={tmp_path / 'b'}")
+    assert a.rc == 0 and b.rc == 0, a.err + b.err
+    assert per_episode(tmp_path / "a") == per_episode(tmp_path / "b")
+
+
 def test_batch_size_bounds_rows_per_call_in_driver_placement(cli, tmp_path: Path) -> None:
     base = [*FAKE, "--policy.type=module", "--policy.path=helpers_policies:at_most_two_rows", "--eval.mode=continuous",
             "--policy.placement=driver", "--workers=2", "--slots_per_worker=4"]

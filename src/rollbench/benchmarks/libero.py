@@ -16,11 +16,16 @@ Differences from LeRobot, none changing what an episode does:
 
 - The simulator is built on the first reset, in the process that steps it; the env
   renders only the cameras `--env.camera_name` lists (LeRobot's always renders two).
-- The initial state of an episode is `init_states[k % n]` with k the episode index when
-  the scheduler passes it (`reset(options={"episode_index": i})`), else the reset seed.
-  With the default `--seed=1000` (a multiple of 50, the number of initial states of every
-  task) that is episode index mod 50, LeRobot's choice. LeRobot's own env drifts from it
-  after an early success (its step resets the sub-env once more).
+- Episode i of a task starts from `init_states[i % n]` (n = 50 for every task), in both
+  schedulers and for any `--seed`: the benchmark sets `uses_episode_index`, so the
+  scheduler sets `env.episode_index` before every reset. That is lerobot-eval's rule:
+  LeRobot 0.4.4's `LiberoEnv` gives sub-env k of a batch of n_envs the counter k and adds
+  n_envs at every reset, so episode i = batch b, sub-env k gets state b*n_envs + k = i.
+  Where lerobot-eval drifts, rollbench does not: a LeRobot sub-env whose episode succeeds
+  resets itself inside `step` (+n_envs) and again at gymnasium's next-step autoreset while
+  its batch runs on (+n_envs per further success), so its later episodes of that task skip
+  states (batch 4, episode 1 succeeding at its last step: episode 5 gets state 9). The
+  first batch of every task, or all of it when batch_size >= n_episodes, always matches.
 - The robot state reaches the processor as flat arrays (`observation.state.eef_pos`, ...),
   not LeRobot's nested `observation.robot_state` dict; the batch after the processor is
   the same (`observation.images.*`, `observation.state`).
@@ -199,6 +204,16 @@ def quat_to_axis_angle(quat: np.ndarray) -> np.ndarray:
     return out
 
 
+def load_init_states(suite: str, task_index: int, assets: Path) -> np.ndarray:
+    """hf-libero's fixed initial states of one task (a pickled numpy array, 50 rows)."""
+    libero_pkg = prepare_libero(assets)
+    import torch
+
+    task = suite_tasks(suite, assets)[task_index]
+    path = Path(libero_pkg.get_libero_path("init_states")) / task.problem_folder / task.init_states_file
+    return np.asarray(torch.load(path, weights_only=False))
+
+
 # -- the env --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TaskSpec:
@@ -235,6 +250,9 @@ class LiberoTaskEnv(gym.Env):
         self.action_space = gym.spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32)
         self._env: Any = None
         self._init: Any = None
+        # set by rollbench's schedulers before every reset (BenchmarkConfig.uses_episode_index);
+        # an env reset by someone else falls back on the reset seed
+        self.episode_index: int | None = None
         self._last: dict[str, np.ndarray] = {}
 
     def _build(self) -> None:
@@ -253,10 +271,7 @@ class LiberoTaskEnv(gym.Env):
             camera_widths=spec.width,
         )
         if spec.init_states:
-            import torch
-
-            path = Path(libero_pkg.get_libero_path("init_states")) / task.problem_folder / task.init_states_file
-            self._init = torch.load(path, weights_only=False)  # a numpy array of flattened MuJoCo states
+            self._init = load_init_states(spec.suite, spec.task_index, Path(spec.assets))
 
     def _format(self, raw: dict[str, Any]) -> dict[str, np.ndarray]:
         out = {f"pixels/{name}": np.asarray(raw[cam]) for cam, name in zip(self.task_spec.cameras, self.task_spec.names, strict=True)}
@@ -272,9 +287,10 @@ class LiberoTaskEnv(gym.Env):
             self._build()
         env = self._env
         env.seed(seed)
+        self._make_gl_current()
         raw = env.reset()
         if self._init is not None:
-            index = (options or {}).get("episode_index", seed or 0)
+            index = self.episode_index if self.episode_index is not None else (seed or 0)
             raw = env.set_init_state(self._init[int(index) % len(self._init)])
         for _ in range(self.task_spec.num_steps_wait):  # let objects settle after the state is set
             raw, _, _, _ = env.step(NOOP)
@@ -283,7 +299,21 @@ class LiberoTaskEnv(gym.Env):
         self._last = self._format(raw)
         return self._last, {"is_success": False}
 
+    def _make_gl_current(self) -> None:
+        """Make this env's GL context current before it renders or frees its GL objects.
+
+        A worker holds several envs, one GL context each, and closes a finished task's env
+        while another renders. robosuite frees an env's MuJoCo render objects in whatever
+        context is current (object ids are per context, so another env's textures and buffers
+        would go) and then calls eglReleaseThread; either way later frames of the other env
+        come back as garbage, without an error.
+        """
+        ctx = getattr(self._env.sim, "_render_context_offscreen", None)
+        if ctx is not None:
+            ctx.gl_ctx.make_current()
+
     def step(self, action: np.ndarray) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        self._make_gl_current()
         raw, reward, done, info = self._env.step(np.asarray(action, dtype=np.float64))
         success = bool(self._env.check_success())
         info = {**info, "is_success": success, "done": bool(done)}
@@ -298,6 +328,7 @@ class LiberoTaskEnv(gym.Env):
 
     def close(self) -> None:
         if self._env is not None:
+            self._make_gl_current()  # free this env's GL objects in its own context
             self._env.close()
             self._env = None
 
@@ -326,6 +357,7 @@ class LiberoConfig(BenchmarkConfig):
 
     extra = "libero"
     fps = 30  # LeRobot's LiberoEnv (the simulation runs at 20 Hz)
+    uses_episode_index = True  # episode i starts from initial state i % 50
 
     task: str = opt("libero_10", "suite(s): libero_spatial, libero_object, libero_goal, libero_10, libero_90, comma list")
     task_ids: tuple[str, ...] | None = opt(None, "task indices to keep in every suite, e.g. 0,3 (default: all)")
@@ -441,6 +473,11 @@ class LiberoConfig(BenchmarkConfig):
 
     def max_episode_steps(self, task: str) -> int:
         return SUITES[self._locate(task)[0]][1]
+
+    def initial_states(self, task: str) -> np.ndarray:
+        """The task's fixed initial states: (n, flattened MuJoCo state) = [time, qpos, qvel]."""
+        suite, index = self._locate(task)
+        return load_init_states(suite, index, self.assets())
 
     def task_description(self, task: str) -> str:
         suite, index = self._locate(task)

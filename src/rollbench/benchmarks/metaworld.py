@@ -202,6 +202,12 @@ class MetaWorldTaskEnv(gym.Env):
         return out
 
     def render(self) -> np.ndarray:
+        viewer = self._env.mujoco_renderer.viewer
+        if viewer is not None:
+            # Closing another env in this process (a worker closing a finished task's env)
+            # releases the thread's current GL context: MuJoCo's EGL `free()` calls
+            # eglReleaseThread. This env's frames then come back black, without an error.
+            viewer.make_context_current()
         image = self._env.render()
         if self.camera_name == "corner2":
             image = np.flip(image, (0, 1))  # this camera's images come upside down and mirrored

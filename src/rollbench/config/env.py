@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -67,6 +67,26 @@ def identity(x: Any) -> Any:
     return x
 
 
+#: the env attribute that holds the index (within its task) of the episode the next reset starts
+EPISODE_INDEX_ATTR = "episode_index"
+
+
+def set_episode_index(bench: BenchmarkConfig, env: Any, indices: Sequence[int]) -> None:
+    """Before a reset: tell `env` (one env, or a vector env with one index per sub-env)
+    which episode each reset starts, if the benchmark's envs use it.
+
+    An attribute, not `reset(options=...)`: a vector env passes one options dict to all
+    its sub-envs, while `VectorEnv.set_attr` takes one value per sub-env (sync and async).
+    """
+    if not bench.uses_episode_index:
+        return
+    if hasattr(env, "set_attr"):  # a gymnasium VectorEnv
+        env.set_attr(EPISODE_INDEX_ATTR, [int(i) for i in indices])
+    else:
+        (index,) = indices
+        env.set_wrapper_attr(EPISODE_INDEX_ATTR, int(index))
+
+
 def success_from_info(info: Mapping[str, Any]) -> bool | None:
     """Success as gymnasium-style envs report it, or None when the info says nothing."""
     final = info.get("final_info")
@@ -91,6 +111,10 @@ class BenchmarkConfig:
     fps: ClassVar[int] = 30
     #: imports code named by the user: needs --trust_remote_code=true
     runs_user_code: ClassVar[bool] = False
+    #: its envs choose an episode's start from the episode's index (e.g. LIBERO's fixed
+    #: initial states): both schedulers set the env attribute `EPISODE_INDEX_ATTR` to the
+    #: unit's episode index before every reset (`set_episode_index`)
+    uses_episode_index: ClassVar[bool] = False
 
     task: str = opt("", "task(s) to evaluate: one name, a comma list or a group")
     episode_length: int | None = opt(

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from rollbench.config.env import set_episode_index
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
 from rollbench.results.records import EpisodeRecord
@@ -139,6 +140,7 @@ def _run_batch(
     # a short last batch pads with copies of its first unit; their results are dropped
     padded = chunk + [chunk[0]] * (n_envs - len(chunk))
     slots = list(range(slot_base, slot_base + n_envs))
+    set_episode_index(ctx.benchmark, vec, [u.episode_index for u in padded])
     obs, _ = vec.reset(seed=[u.seed for u in padded])
     policy.reset(slots, [ctx.episode_start(u) for u in padded])
     descriptions = [ctx.benchmark.task_description(u.task) for u in padded]

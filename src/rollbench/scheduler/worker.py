@@ -28,7 +28,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollbench.config.env import BenchmarkConfig
+from rollbench.config.env import BenchmarkConfig, set_episode_index
 from rollbench.config.policy import PolicyConfig
 from rollbench.errors import RollbenchError
 from rollbench.plan import EpisodeUnit
@@ -161,6 +161,7 @@ class Worker:
             try:
                 if slot.env is None:
                     slot.env, slot.task = self._env_for(unit.task), unit.task
+                set_episode_index(self.bench, slot.env, [unit.episode_index])
                 obs, _ = slot.env.reset(seed=unit.seed)
             except Exception:
                 self._fail(i, report)
