@@ -255,3 +255,17 @@ def test_bad_tune_flags_are_one_line_errors(cli, tmp_path: Path, flags: list[str
     assert r.rc == 2
     assert needle in r.err and "Traceback" not in r.err
     assert len(r.err.strip().splitlines()) == 1
+
+
+def test_cpu_driver_inference_uses_the_threads_the_workers_leave():
+    # 8 cores: torch at 8 threads 10 ms per call, at 1 thread 40 ms; 6 workers leave 2 threads
+    probe = recorded(cores=8, placement="driver", inference=((1, 10.0),), step_ms=0.1)
+    probe = dataclasses.replace(probe, policy=dataclasses.replace(
+        probe.policy, threads=8, inference_1t=(InferencePoint(1, 40.0, 0.05, 1.0),)))
+    from rollbench.tune.model import driver_threads, infer_ms
+
+    assert driver_threads(probe, 6) == 2 and driver_threads(probe, 8) == 1
+    assert infer_ms(probe, 1, threads=1) == pytest.approx(40.0)
+    assert infer_ms(probe, 1, threads=8) == pytest.approx(10.0)
+    assert 10.0 < infer_ms(probe, 1, threads=2) < 40.0
+    assert continuous_driver(probe, 2, 1).steps_per_s > continuous_driver(probe, 8, 1).steps_per_s / 4

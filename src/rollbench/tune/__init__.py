@@ -140,7 +140,7 @@ def report(probe: Probe, rec: Recommendation) -> str:
     lines.append(f"  worker memory       {_mib(e.worker_rss_bytes.v)} [{e.worker_rss_bytes.source}]")
     lines.append(f"  round trip          {e.roundtrip_ms.show(' ms')}")
     lines.append(f"  driver set-up       {e.driver_setup_s.show(' s')}")
-    lines.append(f"policy ({pol.type} on {pol.device}, {pol.placement} placement):")
+    lines.append(f"policy ({pol.type} on {pol.device}, {pol.placement} placement, {pol.threads} torch threads):")
     lines.append(f"  load                {pol.load_s.show(' s')}")
     lines.append(f"  weights             {_mib(pol.param_bytes.v)} [{pol.param_bytes.source}: {pol.param_bytes.note}]")
     lines.append(f"  memory              {_mib(pol.rss_bytes.v)} [{pol.rss_bytes.source}: {pol.rss_bytes.note}]")
@@ -151,6 +151,8 @@ def report(probe: Probe, rec: Recommendation) -> str:
         peak = f", +{_mib(pt.peak_bytes)} activations" if pt.peak_bytes else ""
         lines.append(f"  batch {pt.batch:<4}          {pt.full_ms:.3g} ms per call ({pt.full_ms / pt.batch:.3g} ms/row), "
                      f"{pt.queued_ms:.3g} ms from the queue, {pt.cpu_util:.2g} cores busy{peak} [measured]")
+    for pt in pol.inference_1t:
+        lines.append(f"  batch {pt.batch:<4} 1 thread {pt.full_ms:.3g} ms per call ({pt.full_ms / pt.batch:.3g} ms/row) [measured]")
     for pt in pol.amp_inference:
         lines.append(f"  batch {pt.batch:<4} AMP      {pt.full_ms:.3g} ms per call [measured]")
     lines.append("")

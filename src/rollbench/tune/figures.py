@@ -98,6 +98,10 @@ class PolicyProbe:
     steps_per_inference: Figure  # steps served per network call (a chunk's n_action_steps)
     inference: tuple[InferencePoint, ...] = ()
     amp_inference: tuple[InferencePoint, ...] = ()
+    #: CPU policies: the same with one torch thread (what the driver runs with when the
+    #: workers take the other cores; see scheduler/continuous.py `_torch_threads`)
+    inference_1t: tuple[InferencePoint, ...] = ()
+    threads: int = 1  # torch's intra-op threads during `inference`
 
 
 @dataclass(frozen=True)

@@ -104,9 +104,33 @@ def _interp(points: tuple[InferencePoint, ...], batch: float, attr: str) -> floa
     return float(getattr(last, attr)) * batch / last.batch
 
 
-def infer_ms(probe: Probe, rows: float, lockstep: bool = False) -> float:
+def _points(probe: Probe, threads: int | None) -> tuple[InferencePoint, ...]:
+    """Inference points for a driver with `threads` torch threads (CPU policies): measured at
+    one thread and at the default; in between, the speed-up is interpolated linearly."""
+    pol = probe.policy
+    if threads is None or not pol.inference_1t or pol.threads <= 1:
+        return pol.inference
+    if threads <= 1:
+        return pol.inference_1t
+    if threads >= pol.threads:
+        return pol.inference
+    out = []
+    for one in pol.inference_1t:
+        full = _interp(pol.inference, one.batch, "full_ms")
+        gain = max(1.0, one.full_ms / max(full, 1e-9))
+        f = 1 + (gain - 1) * (threads - 1) / (pol.threads - 1)
+        out.append(InferencePoint(one.batch, one.full_ms / f, one.queued_ms, min(float(threads), one.cpu_util * f)))
+    return tuple(out)
+
+
+def driver_threads(probe: Probe, workers: int) -> int:
+    """Torch threads the driver runs with beside `workers` workers (as the scheduler sets them)."""
+    return max(1, cores(probe) - workers)
+
+
+def infer_ms(probe: Probe, rows: float, lockstep: bool = False, threads: int | None = None) -> float:
     """Mean driver time per call for `rows` rows, chunking amortised."""
-    pts = probe.policy.inference
+    pts = _points(probe, threads)
     if not pts or rows <= 0:
         return 0.0
     period = max(1.0, probe.policy.steps_per_inference.v)
@@ -121,8 +145,8 @@ def infer_ms(probe: Probe, rows: float, lockstep: bool = False) -> float:
     return queued + full_dry * (rows / period) / dry
 
 
-def cpu_util(probe: Probe, rows: float) -> float:
-    pts = probe.policy.inference
+def cpu_util(probe: Probe, rows: float, threads: int | None = None) -> float:
+    pts = _points(probe, threads)
     if not pts:
         return 1.0
     return max(1.0, _interp(pts, rows, "cpu_util")) if probe.policy.device == "cpu" else 1.0
@@ -203,13 +227,14 @@ def continuous_driver(probe: Probe, workers: int, slots: int) -> Candidate:
     rows = min(workers * slots, probe.run.n_units)
     groups = 2 if workers >= 2 else 1
     b = rows / groups
-    inf = infer_ms(probe, b)
+    threads = driver_threads(probe, workers)
+    inf = infer_ms(probe, b, threads=threads)
     sim = slots * step_ms(probe, workers) + probe.env.roundtrip_ms.v
     pipelined = max(groups * inf, sim + inf) if groups == 2 else sim + inf
     inference_bound = groups * inf >= sim + inf if groups == 2 else inf >= sim
     cycle, bound = pipelined, ("inference" if inference_bound else "simulation")
     if probe.policy.device == "cpu":
-        core_ms = rows * (probe.env.step_ms_1.v + _per_step_extras(probe)) + groups * inf * cpu_util(probe, b)
+        core_ms = rows * (probe.env.step_ms_1.v + _per_step_extras(probe)) + groups * inf * cpu_util(probe, b, threads)
         if core_ms / c > cycle:
             cycle, bound = core_ms / c, "cpu"
     rate = rows * 1000.0 / max(cycle, 1e-6)
@@ -339,7 +364,8 @@ def bottleneck_sentence(probe: Probe, best: Candidate) -> str:
         inf = infer_ms(probe, best.batch, lockstep=True)
         where = f"lockstep batches of {best.batch}" + (" (async envs)" if best.use_async_envs else "")
     else:
-        inf = infer_ms(probe, best.batch) if best.placement == "driver" else probe.env.policy_ms_worker.v
+        inf = infer_ms(probe, best.batch, threads=driver_threads(probe, best.workers)) if best.placement == "driver" \
+            else probe.env.policy_ms_worker.v
         where = f"{best.workers} workers x {best.slots_per_worker} slots"
     infer_txt = (
         f"inference at batch {best.batch} takes {inf:.3g} ms per call"

@@ -150,10 +150,10 @@ def _run_single(conn: Any, spec: EnvProbeSpec) -> dict[str, Any]:
     from rollbench.scheduler.common import StepContext
     from rollbench.scheduler.shm import stack_any
 
-    out: dict[str, Any] = {"start_s": time.time() - spec.started_at}
     bench = spec.cfg.env
     ctx = StepContext(bench, spec.cfg.policy)
-    policy = ctx.make_policy() if spec.with_policy else None
+    policy = ctx.make_policy() if spec.with_policy else None  # a worker builds its policy first
+    out: dict[str, Any] = {"start_s": time.time() - spec.started_at}
     deadline = time.monotonic() + spec.budget_s
     builds: list[float] = []
     resets: list[float] = []
@@ -331,7 +331,7 @@ def probe_env(cfg: RunConfig, units: list[EpisodeUnit], budget_s: float, backend
     builds = res["builds"]
     return EnvProbe(
         backend=backend,
-        worker_start_s=measured(res["start_s"], "process start to its first line of work"),
+        worker_start_s=measured(res["start_s"], "process start to ready (imports, and the policy when it runs there)"),
         first_build_s=measured(builds[0], "make + first reset, simulator import included"),
         build_s=measured(_median(builds[1:]), f"{len(builds) - 1} more envs") if len(builds) > 1
         else estimated(builds[0] / 2, "only one env built in the budget; half the first build"),
@@ -455,7 +455,18 @@ def probe_policy(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int,
 
     ctx = StepContext(cfg.env, cfg.policy)
     period = float(getattr(policy, "steps_per_inference", 1) or 1)
-    points = _time_batches(ctx, policy, obs, unit, budget_s, max_batch) if placement == "driver" else ()
+    torch: Any = sys.modules.get("torch")
+    cpu_torch = torch is not None and cfg.policy.device == "cpu" and placement == "driver"
+    threads = torch.get_num_threads() if cpu_torch else 1
+    share = 0.6 if cpu_torch and threads > 1 else 1.0
+    points = _time_batches(ctx, policy, obs, unit, budget_s * share, max_batch) if placement == "driver" else ()
+    one: tuple[InferencePoint, ...] = ()
+    if cpu_torch and threads > 1 and points:
+        torch.set_num_threads(1)
+        try:
+            one = _time_batches(ctx, policy, obs, unit, budget_s * (1 - share), max(p.batch for p in points))
+        finally:
+            torch.set_num_threads(threads)
     amp: tuple[InferencePoint, ...] = ()
     if placement == "driver" and cfg.policy.device.startswith("cuda") and not cfg.policy.use_amp and points:
         amp = _amp_points(cfg, obs, unit, budget_s / 2, [p.batch for p in points])
@@ -471,6 +482,8 @@ def probe_policy(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int,
         else measured(1.0, "a network call every step"),
         inference=points,
         amp_inference=amp,
+        inference_1t=one,
+        threads=threads,
     )
 
 
