@@ -8,12 +8,38 @@ checkpoint without the pipelines, so they are saved from `make_pre_post_processo
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from rollbench.config.env import BenchmarkConfig
+
+# lerobot-eval, with two changes made in its process (argv[1]: the step limit, argv[2]: "1" to
+# keep its videos): LeRobot's MetaWorld env ignores --env.episode_length (its rollout always
+# runs MetaWorld's 500 steps), and lerobot-eval always renders 10 videos per task. Neither
+# change touches an episode's numbers; the cap is what rollbench's --env.episode_length does.
+_CAPPED_LEROBOT_EVAL = """
+import sys
+import lerobot.envs.metaworld as mw
+import lerobot.scripts.lerobot_eval as le
+cap, videos = int(sys.argv.pop(1)), sys.argv.pop(1) == "1"
+init = mw.MetaworldEnv.__init__
+def capped(self, *args, **kwargs):
+    init(self, *args, **kwargs)
+    self._max_episode_steps = cap
+mw.MetaworldEnv.__init__ = capped
+if not videos:
+    eval_all = le.eval_policy_all
+    le.eval_policy_all = lambda *args, **kwargs: eval_all(*args, **{**kwargs, "max_episodes_rendered": 0})
+le.main()
+"""
+
+
+def capped_lerobot_eval(max_steps: int, videos: bool, *flags: str) -> list[str]:
+    """The command line of lerobot-eval on MetaWorld with episodes of at most `max_steps` steps."""
+    return [sys.executable, "-c", _CAPPED_LEROBOT_EVAL, str(max_steps), "1" if videos else "0", *flags]
 
 
 def policy_features(benchmark: BenchmarkConfig) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -61,11 +87,13 @@ def make_checkpoint(
     action_mean: float = 256.0,
     action_std: float = 100.0,
     inputs: dict[str, Any] | None = None,
+    stats: dict[str, dict[str, Any]] | None = None,
     **overrides: Any,
 ) -> Path:
     """Save a tiny random-init policy of `policy_type` for `benchmark`'s features into `out`.
 
-    `inputs` replaces the input features (e.g. an ALOHA-shaped state to test the mismatch error).
+    `inputs` replaces the input features (e.g. an ALOHA-shaped state to test the mismatch error);
+    `stats` replaces normalisation stats per key (e.g. `{"action": {"mean": ..., "std": ...}}`).
     """
     from lerobot.policies.factory import get_policy_class, make_policy_config, make_pre_post_processors
 
@@ -91,7 +119,45 @@ def make_checkpoint(
     policy = get_policy_class(policy_type)(cfg)
     out.mkdir(parents=True, exist_ok=True)
     policy.save_pretrained(out)
-    pre, post = make_pre_post_processors(cfg, dataset_stats=dataset_stats(inputs, outputs, action_mean, action_std))
+    all_stats = dataset_stats(inputs, outputs, action_mean, action_std)
+    for key, values in (stats or {}).items():
+        all_stats[key] = {**all_stats[key], **{k: torch.as_tensor(v, dtype=torch.float32) for k, v in values.items()}}
+    pre, post = make_pre_post_processors(cfg, dataset_stats=all_stats)
     pre.save_pretrained(out)
     post.save_pretrained(out)
     return out
+
+
+def make_steered_checkpoint(
+    out: Path, benchmark: BenchmarkConfig, bias_task: str, gain: float, drift: tuple[float, ...], seeds: tuple[int, ...] = (0, 1, 2, 3)
+) -> Path:
+    """A random-init ACT whose actions are `gain * (raw - bias) + drift` (then clipped by the env).
+
+    A random-init ACT's raw (normalised) output is nearly constant: a bias set by its query
+    embeddings, plus a part that depends on what it sees, about 100x smaller. The action stats
+    subtract the bias (measured on the reset observations of `bias_task` for `seeds`) and
+    scale the rest by `gain`, so the episodes depend on the inputs (a flipped image or another
+    scene changes them), while `drift` moves the arm somewhere useful. The weights are those
+    of `make_checkpoint(seed=0)`. Renders in this process: torch's triton must be imported
+    first (tests/conftest.py does it) and MUJOCO_GL set.
+    """
+    import numpy as np
+
+    from rollbench.config.policy import PolicyConfig
+    from rollbench.policies.base import EpisodeStart, PolicyContext, make_policy
+
+    raw_ckpt = make_checkpoint(out.with_name(out.name + "-raw"), benchmark, action_mean=0.0, action_std=1.0)
+    env = benchmark.make_task_env(bias_task)
+    try:
+        policy = make_policy(PolicyContext(PolicyConfig(type="lerobot", path=str(raw_ckpt)), benchmark, env.action_space))
+        raw = []
+        for slot, seed in enumerate(seeds):
+            obs, _ = env.reset(seed=seed)
+            policy.reset([slot], [EpisodeStart(bias_task, bias_task, bias_task, slot, seed)])
+            batch = {"observation.image": obs["pixels"][None], "observation.state": obs["agent_pos"][None], "task": [bias_task]}
+            raw.append(policy.act(batch, [slot])[0])
+    finally:
+        env.close()
+    bias = np.mean(raw, axis=0)
+    mean = (np.asarray(drift, dtype=np.float64) - gain * bias).tolist()
+    return make_checkpoint(out, benchmark, action_mean=0.0, action_std=1.0, stats={"action": {"mean": mean, "std": [gain] * len(mean)}})

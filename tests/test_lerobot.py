@@ -92,11 +92,17 @@ def test_continuous_equals_lockstep_at_batch_one(act_ckpt: Path, tmp_path: Path)
 
     (lerobot-eval at --eval.batch_size=1 gives these same episodes, checked by hand: torch's CPU
     kernels are not bitwise batch-invariant, so batch 2 differs from batch 1 in the last digits.)
+    Nor are they invariant to the number of threads: continuous mode gives the driver's torch
+    the cores its workers leave, lockstep keeps torch's default, so both run with one thread
+    here ($OMP_NUM_THREADS, which both honour).
     """
-    a = run_subprocess(*rollbench_args(act_ckpt, tmp_path / "c", "--eval.mode=continuous", "--workers=2", "--slots_per_worker=1"))
+    a = run_subprocess(
+        *rollbench_args(act_ckpt, tmp_path / "c", "--eval.mode=continuous", "--workers=2", "--slots_per_worker=1"),
+        OMP_NUM_THREADS="1",
+    )
     assert a.rc == 0, a.err[-3000:]
     assert load_info(tmp_path / "c")["mode"] == "continuous"
-    b = run_subprocess(*rollbench_args(act_ckpt, tmp_path / "l", "--eval.mode=lockstep", "--eval.batch_size=1"))
+    b = run_subprocess(*rollbench_args(act_ckpt, tmp_path / "l", "--eval.mode=lockstep", "--eval.batch_size=1"), OMP_NUM_THREADS="1")
     assert b.rc == 0, b.err[-3000:]
     assert_same_episodes(ours(tmp_path / "c"), ours(tmp_path / "l"))
 

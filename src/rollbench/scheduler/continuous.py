@@ -17,6 +17,7 @@ results do not depend on the mode, worker count or slot count.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing as mp
 import os
@@ -35,6 +36,7 @@ import numpy as np
 from rollbench.errors import ConfigError, PolicyError, WorkerError
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
+from rollbench.rendering import usable_cores
 from rollbench.results.records import EpisodeRecord
 from rollbench.rollout import VideoPlan
 from rollbench.scheduler.common import StepContext
@@ -221,6 +223,30 @@ class ContinuousScheduler:
         if assigned:
             self._send(w, ("assign", assigned))
 
+    def _fill_all(self) -> None:
+        """The first assignment: slot by slot, across the workers in turn, then the prefetch.
+
+        Filling one worker after the other gives the first worker the plan's first units,
+        which are the ones rendered into videos: that worker then runs the longest.
+        """
+        depth = 2 if len(self.queue) >= self.n_slots_total else 1
+        assigned: dict[int, list[tuple[Any, ...]]] = {w.index: [] for w in self.workers}
+        for level in range(1, depth + 1):
+            for i in range(self.opts.slots_per_worker):
+                for w in self.workers:
+                    q = w.slots[i]
+                    if len(q) >= level or not len(self.queue):
+                        continue
+                    busy_elsewhere = {o_q[0][0].task for o in self.workers if o is not w for o_q in o.slots if o_q}
+                    item = self.queue.take(q[-1][0].task if q else w.last_task[i], busy_elsewhere)
+                    assert item is not None
+                    q.append(item)
+                    w.last_task[i] = item[0].task
+                    assigned[w.index].append((i, *item))
+        for w in self.workers:
+            if assigned[w.index]:
+                self._send(w, ("assign", assigned[w.index]))
+
     def _give_up_or_retry(self, unit: EpisodeUnit, attempt: int, error: str, worker: str) -> Iterator[EpisodeRecord]:
         if attempt < self.opts.max_retries:
             self.queue.retry(unit, attempt + 1)
@@ -349,13 +375,13 @@ class ContinuousScheduler:
             if self.opts.placement == "worker":
                 yield from self._run_worker_placement()
             else:
-                yield from self._run_driver_placement()
+                with _torch_threads(max(1, usable_cores() - self.opts.workers)):
+                    yield from self._run_driver_placement()
         finally:
             self.close()
 
     def _run_worker_placement(self) -> Iterator[EpisodeRecord]:
-        for w in self.workers:
-            self._fill(w)
+        self._fill_all()
         while not self._done():
             for w, msg in self._receive(list(self.workers), timeout=0.5):
                 if msg[0] == "report":
@@ -370,6 +396,7 @@ class ContinuousScheduler:
     def _run_driver_placement(self) -> Iterator[EpisodeRecord]:
         n = len(self.workers)
         groups = [list(range(0, n, 2)), list(range(1, n, 2))] if n >= 2 else [[0]]
+        self._fill_all()
         for w in self.workers:
             self._send_step(w, {})
         while not self._done():
@@ -439,6 +466,28 @@ class ContinuousScheduler:
                 actions[w.index][i] = a
         for w in group:
             self._send_step(w, actions[w.index])
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    """At most `n` torch intra-op threads in this process while the block runs.
+
+    Driver placement: the workers keep the cores busy with envs while the driver runs the
+    policy, so torch's default pool (one thread per core) only fights them; its OpenMP
+    threads also spin while they wait. On 2 cores with 2 workers (PushT pixels, LeRobot ACT,
+    a loaded machine) the driver burnt 109 s of CPU with 2 threads and 11 s with 1, and the
+    run took 138 s instead of 32 s. A user's $OMP_NUM_THREADS (or a smaller pool) is kept.
+    """
+    torch = sys.modules.get("torch")  # a policy that uses torch has imported it by now
+    if torch is None or os.environ.get("OMP_NUM_THREADS") or torch.get_num_threads() <= n:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def run_continuous(ctx: StepContext, units: list[EpisodeUnit], opts: PoolOptions) -> Iterator[EpisodeRecord]:
