@@ -344,3 +344,34 @@ def test_pusht_random_state_runs(cli, tmp_path):
     assert task["metrics"]["n_steps"] == [20, 20]
     assert all(0.0 <= r <= 1.0 for r in task["metrics"]["max_rewards"])  # coverage-based reward
     assert info["versions"]["gym-pusht"] != "not installed"
+
+
+@pytest.mark.metaworld
+def test_metaworld_pixel_obs_and_video_frame_of_a_step_are_one_render():
+    """A pixel observation and the video frame of the same step are the same image: one
+    render serves both (a CPU frame costs ~100 ms at 480²), and a step renders anew."""
+    import os
+
+    from rollbench.benchmarks.metaworld import MetaWorldConfig
+    from rollbench.rendering import apply_backend, choose_backend
+
+    apply_backend(os.environ.get("MUJOCO_GL") or choose_backend("auto"))
+    bench = MetaWorldConfig(task="reach-v3", obs_type="pixels_agent_pos", observation_width=48, observation_height=48)
+    env = bench.make_task_env("reach-v3")
+    inner = env.unwrapped
+    renders = []
+    real_render = inner._render
+    inner._render = lambda: renders.append(1) or real_render()
+    try:
+        obs, _ = env.reset(seed=1)
+        frame = env.render()
+        assert len(renders) == 1 and np.array_equal(frame, obs["pixels"])
+        frame[:] = 0  # the caller's copy: the next observation is not touched
+        first = obs["pixels"].copy()
+        for t in range(1, 6):
+            obs, *_ = env.step(np.array([1.0, 0.0, 0.0, 0.0], dtype=np.float32))
+            assert np.array_equal(env.render(), obs["pixels"]) and len(renders) == 1 + t
+        assert not np.array_equal(obs["pixels"], first)  # the arm moved: a step renders anew
+        assert np.array_equal(env.render(), obs["pixels"])
+    finally:
+        env.close()

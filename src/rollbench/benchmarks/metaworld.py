@@ -166,6 +166,9 @@ class MetaWorldTaskEnv(gym.Env):
         self.width, self.height, self.camera_name = width, height, camera_name
         self.render_mode = "rgb_array"
         self._env: Any = None
+        # the frame of the current state, once rendered: a pixel observation and a video
+        # frame of the same step are one render, not two (a 480² CPU frame is ~100 ms)
+        self._frame: np.ndarray | None = None
         self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
         spaces: dict[str, gym.Space] = {
             "agent_pos": gym.spaces.Box(-1000.0, 1000.0, (AGENT_POS_DIM,), np.float64)
@@ -202,6 +205,11 @@ class MetaWorldTaskEnv(gym.Env):
         return out
 
     def render(self) -> np.ndarray:
+        if self._frame is None:
+            self._frame = self._render()
+        return self._frame.copy()  # the caller may keep or change it; the cache stays intact
+
+    def _render(self) -> np.ndarray:
         viewer = self._env.mujoco_renderer.viewer
         if viewer is not None:
             # Closing another env in this process (a worker closing a finished task's env)
@@ -219,16 +227,19 @@ class MetaWorldTaskEnv(gym.Env):
             self._env = self._build()
         if seed is not None:
             self._env.seed(int(seed))
+        self._frame = None
         raw, _ = self._env.reset()
         return self._format(raw), {"is_success": False}
 
     def step(self, action: np.ndarray) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        self._frame = None
         raw, reward, _, truncated, info = self._env.step(np.asarray(action))
         success = bool(info.get("success", 0))
         info["is_success"] = success
         return self._format(raw), float(reward), success, bool(truncated), info
 
     def close(self) -> None:
+        self._frame = None
         if self._env is not None:
             self._env.close()
             self._env = None
