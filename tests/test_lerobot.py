@@ -240,3 +240,17 @@ def test_temporal_ensembling_keeps_one_ensembler_per_slot(tmp_path: Path) -> Non
     assert set(policy._ensemblers) == {4, 7}
     policy.reset([7], [_start(8)])
     assert set(policy._ensemblers) == {4}
+
+
+@pytest.mark.slow
+def test_a_sampling_policy_repeats_its_episodes(tmp_path: Path) -> None:
+    """Diffusion draws noise from torch's global RNG; lockstep seeds it per batch from the
+    batch's episode seeds, so the same command gives the same episodes (it did not before)."""
+    ckpt = make_checkpoint(tmp_path / "diffusion", PushTConfig(), policy_type="diffusion")
+    runs = []
+    for name in ("a", "b"):
+        res = run_subprocess(*rollbench_args(ckpt, tmp_path / name, "--eval.batch_size=2"))
+        assert res.rc == 0, res.err[-3000:]
+        assert load_info(tmp_path / name)["mode"] == "lockstep"
+        runs.append(per_episode(tmp_path / name))
+    assert len(runs[0]) == EPISODES and runs[0] == runs[1]

@@ -18,10 +18,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import hashlib
 import json
 import logging
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,12 @@ def to_policy_batch(batch: Mapping[str, Any], rows: Sequence[int] | None = None)
     return out
 
 
+def batch_seed(seeds: Iterable[int]) -> int:
+    """A torch seed from a batch's episode seeds, in row order (stable across processes)."""
+    digest = hashlib.sha256(",".join(str(int(s)) for s in seeds).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
 class LeRobotPolicy(Policy):
     """One LeRobot checkpoint, batched over slots; episode state per slot where exact."""
 
@@ -227,6 +234,12 @@ class LeRobotPolicy(Policy):
     def reset(self, slots: Sequence[int], episodes: Sequence[EpisodeStart]) -> None:
         if self.path == "lockstep":
             self.policy.reset()  # lockstep resets whole batches: every slot of it starts here
+            # A sampling policy (Diffusion's noise) draws from torch's global RNG: seed it from
+            # the batch's episode seeds, so its episodes depend on their seeds and the batch's
+            # make-up, not on what ran before in this process (or before a resume).
+            import torch
+
+            torch.manual_seed(batch_seed(e.seed for e in episodes))
             return
         for s in slots:
             self._queues.pop(s, None)
