@@ -92,14 +92,6 @@ def choose_backend(render_device: str) -> str:
     return gl_backend(render_device, find_gpus() if render_device == "auto" else [])
 
 
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def apply_backend(backend: str) -> None:
     """Set the variables MuJoCo (MUJOCO_GL) and PyOpenGL/robosuite (PYOPENGL_PLATFORM) read."""
     os.environ["MUJOCO_GL"] = backend

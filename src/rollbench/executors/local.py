@@ -31,7 +31,7 @@ from rollbench.results.store import EVAL_INFO, prepare, write_json_atomic
 from rollbench.results.summary import eval_info
 from rollbench.results.video import check_encoder
 from rollbench.rollout import VideoPlan
-from rollbench.scheduler.common import StepContext
+from rollbench.scheduler.common import StepContext, cpu_count
 
 log = logging.getLogger(__name__)
 
@@ -84,13 +84,6 @@ class Plan:
     placement: str  # worker | driver (continuous mode)
     workers: int
     slots_per_worker: int
-
-
-def cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def default_slots(step_cost_ms: float, placement: str, workers: int) -> int:

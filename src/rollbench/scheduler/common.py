@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -14,6 +15,21 @@ from rollbench.config.policy import PolicyConfig
 from rollbench.errors import PolicyError
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext, check_actions, make_policy
+
+
+def cpu_count() -> int:
+    """CPU cores this process may run on (its affinity mask)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def driver_threads(cores: int, workers: int) -> int:
+    """torch intra-op threads for a policy in the driver beside `workers` env workers: the
+    cores they leave, at least one (the continuous scheduler sets it, `rollbench tune`
+    models it)."""
+    return max(1, cores - workers)
 
 
 @dataclass(frozen=True)

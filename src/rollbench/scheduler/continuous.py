@@ -36,10 +36,9 @@ import numpy as np
 from rollbench.errors import ConfigError, PolicyError, WorkerError
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
-from rollbench.rendering import usable_cores
 from rollbench.results.records import EpisodeRecord
 from rollbench.rollout import VideoPlan
-from rollbench.scheduler.common import StepContext
+from rollbench.scheduler.common import StepContext, cpu_count, driver_threads
 from rollbench.scheduler.shm import ArraySpec, SlotBuffer, obs_layout, shm_dir, stack_any
 from rollbench.scheduler.worker import Report, SlotError, WorkerSpec, worker_main
 
@@ -210,18 +209,29 @@ class ContinuousScheduler:
         if not len(self.queue) or all(len(q) >= depth for q in w.slots):
             return
         assigned = []
-        busy_elsewhere = {q[0][0].task for o in self.workers if o is not w for q in o.slots if q}
+        busy_elsewhere = self._busy_elsewhere(w)
         for i, q in enumerate(w.slots):
             while len(q) < depth:
-                prefer = q[-1][0].task if q else w.last_task[i]
-                item = self.queue.take(prefer, busy_elsewhere)
+                item = self._take_into(w, i, busy_elsewhere)
                 if item is None:
                     break
-                q.append(item)
-                w.last_task[i] = item[0].task
-                assigned.append((i, *item))
+                assigned.append(item)
         if assigned:
             self._send(w, ("assign", assigned))
+
+    def _busy_elsewhere(self, w: WorkerHandle) -> set[str]:
+        """Tasks the other workers' slots are running."""
+        return {q[0][0].task for o in self.workers if o is not w for q in o.slots if q}
+
+    def _take_into(self, w: WorkerHandle, i: int, busy_elsewhere: set[str]) -> tuple[Any, ...] | None:
+        """Queue the next unit for w's slot i (task affinity); the `assign` entry, or None."""
+        q = w.slots[i]
+        item = self.queue.take(q[-1][0].task if q else w.last_task[i], busy_elsewhere)
+        if item is None:
+            return None
+        q.append(item)
+        w.last_task[i] = item[0].task
+        return (i, *item)
 
     def _fill_all(self) -> None:
         """The first assignment: slot by slot, across the workers in turn, then the prefetch.
@@ -234,15 +244,10 @@ class ContinuousScheduler:
         for level in range(1, depth + 1):
             for i in range(self.opts.slots_per_worker):
                 for w in self.workers:
-                    q = w.slots[i]
-                    if len(q) >= level or not len(self.queue):
-                        continue
-                    busy_elsewhere = {o_q[0][0].task for o in self.workers if o is not w for o_q in o.slots if o_q}
-                    item = self.queue.take(q[-1][0].task if q else w.last_task[i], busy_elsewhere)
-                    assert item is not None
-                    q.append(item)
-                    w.last_task[i] = item[0].task
-                    assigned[w.index].append((i, *item))
+                    if len(w.slots[i]) < level and len(self.queue):
+                        item = self._take_into(w, i, self._busy_elsewhere(w))
+                        assert item is not None
+                        assigned[w.index].append(item)
         for w in self.workers:
             if assigned[w.index]:
                 self._send(w, ("assign", assigned[w.index]))
@@ -375,7 +380,7 @@ class ContinuousScheduler:
             if self.opts.placement == "worker":
                 yield from self._run_worker_placement()
             else:
-                with _torch_threads(max(1, usable_cores() - self.opts.workers)):
+                with _torch_threads(driver_threads(cpu_count(), self.opts.workers)):
                     yield from self._run_driver_placement()
         finally:
             self.close()

@@ -35,6 +35,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
+from rollbench.scheduler.common import driver_threads as scheduler_driver_threads
 from rollbench.tune.figures import InferencePoint, Probe
 
 #: below this fraction, a candidate with more processes/slots is not worth it
@@ -128,8 +129,8 @@ def _points(probe: Probe, threads: int | None) -> tuple[InferencePoint, ...]:
 
 
 def driver_threads(probe: Probe, workers: int) -> int:
-    """Torch threads the driver runs with beside `workers` workers (as the scheduler sets them)."""
-    return max(1, cores(probe) - workers)
+    """Torch threads the driver runs with beside `workers` workers (the scheduler's rule)."""
+    return scheduler_driver_threads(cores(probe), workers)
 
 
 def infer_ms(probe: Probe, rows: float, lockstep: bool = False, threads: int | None = None) -> float:
