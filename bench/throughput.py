@@ -49,8 +49,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_policies import WORKLOADS, make_raw_policy
 from rollbench.cli import config_from_flags
-from rollbench.executors.local import cpu_count, run_eval
+from rollbench.executors.local import LocalExecutor
+from rollbench.lifecycle import run_eval
 from rollbench.plan import EpisodeUnit, make_plan
+from rollbench.scheduler.common import cpu_count
 
 
 class CpuMeter:
@@ -184,9 +186,9 @@ def lerobot_style(flags: dict[str, str], batch_size: int) -> Outcome:
     policy = ctx.make_policy()
     steps = 0
     start = time.perf_counter()
-    for suite, names in cfg.env.tasks().items():
+    for group, names in cfg.env.tasks().items():
         for task_id, task in enumerate(names):
-            units = [u for u in _units(cfg) if u.suite == suite and u.task_id == task_id]
+            units = [u for u in _units(cfg) if u.task_group == group and u.task_id == task_id]
             n_envs = min(batch_size, len(units))
             vec = gym.vector.SyncVectorEnv([lambda t=task: cfg.env.make_task_env(t) for _ in range(n_envs)])
             for b in range(0, len(units), n_envs):
@@ -213,9 +215,9 @@ def via_rollbench(flags: dict[str, str], extra: dict[str, str]) -> Outcome:
         cfg = config_from_flags({**flags, **extra, "output_dir": d, "resume": "false"})
         start = time.perf_counter()
         with open(os.devnull, "w") as null:
-            result = run_eval(cfg, progress_stream=null)
+            result = run_eval(cfg, LocalExecutor(), progress_stream=null)
         wall = time.perf_counter() - start
-        steps = sum(sum(t["metrics"]["n_steps"]) for t in result.info["per_task"])
+        steps = sum(sum(t["metrics"]["n_steps"]) for t in result.info.to_json()["per_task"])
     return Outcome(wall, steps)
 
 

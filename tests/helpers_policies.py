@@ -100,5 +100,5 @@ class _AtMostTwoRows(_Const):
 
 
 def at_most_two_rows(ctx: Any) -> _Const:
-    """Zeros; raises when a call has more than 2 rows (checks --eval.batch_size as a bound)."""
+    """Zeros; raises when a call has more than 2 rows (checks --policy.max_batch_size as a bound)."""
     return _AtMostTwoRows(ctx, 0.0)

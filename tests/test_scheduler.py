@@ -171,11 +171,11 @@ def test_pixels_stay_right_after_a_worker_closes_another_tasks_env(cli, tmp_path
     assert per_episode(tmp_path / "a") == per_episode(tmp_path / "b")
 
 
-def test_batch_size_bounds_rows_per_call_in_driver_placement(cli, tmp_path: Path) -> None:
+def test_max_batch_size_bounds_rows_per_call_in_driver_placement(cli, tmp_path: Path) -> None:
     base = [*FAKE, "--policy.type=module", "--policy.path=helpers_policies:at_most_two_rows", "--eval.mode=continuous",
             "--policy.placement=driver", "--workers=2", "--slots_per_worker=4"]
     unbounded = cli(*base, f"--output_dir={tmp_path / 'a'}")
     assert unbounded.rc == 1 and "called with 4 rows" in unbounded.err  # 2 workers x 4 slots in 2 groups
-    bounded = cli(*base, "--eval.batch_size=2", f"--output_dir={tmp_path / 'b'}")
+    bounded = cli(*base, "--policy.max_batch_size=2", f"--output_dir={tmp_path / 'b'}")
     assert bounded.rc == 0, bounded.err
     assert len(per_episode(tmp_path / "b")) == 18

@@ -106,7 +106,7 @@ def test_merge_of_missing_shards_is_partial(cli, tmp_path: Path) -> None:
     info = load_info(tmp_path)
     assert info["status"] == "partial"
     plan = make_plan({"all": ["near", "mid", "far"]}, 5, 1000)
-    expected = [(u.suite, u.task_id, u.episode_index) for u in shard(plan, 2, 3)]
+    expected = [(u.task_group, u.task_id, u.episode_index) for u in shard(plan, 2, 3)]
     missing = [(m["task_group"], m["task_id"], m["episode_index"]) for m in info["missing_units"]]
     assert missing == expected
     assert f"partial: {len(expected)} units missing" in res.err

@@ -153,9 +153,11 @@ def test_gpu_memory_bounds_the_batch():
     probe = recorded(cores=64, gpus=1, device="cuda", placement="driver", step_ms=1.0,
                      inference=((1, 5.0), (64, 5.0), (128, 5.0)), peak_bytes_per_row=2 * 10**9)
     rec = recommend(probe)
-    assert rec.batch_bound is not None and rec.batch_bound <= 60
-    assert rec.workers * rec.slots_per_worker / 2 <= rec.batch_bound
-    assert f"--eval.batch_size={rec.batch_bound}" in tune.recommended_flags(rec)
+    assert rec.max_rows_per_call is not None and rec.max_rows_per_call <= 60
+    assert rec.workers * rec.slots_per_worker / 2 <= rec.max_rows_per_call
+    flags = tune.recommended_flags(rec)
+    assert f"--policy.max_batch_size={rec.max_rows_per_call}" in flags
+    assert not any(f.startswith("--eval.batch_size") for f in flags)  # that is lockstep's envs per batch
 
 
 def test_amp_is_recommended_on_gpu_only_when_measured_faster_and_never_applied():
@@ -172,8 +174,8 @@ def test_policies_without_slot_state_get_lockstep_batches():
     assert rec.mode == "lockstep"
     assert rec.use_async_envs  # 20 ms steps: worth stepping the batch in subprocesses
     flags = tune.recommended_flags(rec)
-    assert "--eval.mode=lockstep" in flags and f"--eval.batch_size={rec.batch_bound}" in flags
-    assert rec.batch_bound >= 8
+    assert "--eval.mode=lockstep" in flags and f"--eval.batch_size={rec.envs_per_batch}" in flags
+    assert rec.envs_per_batch is not None and rec.envs_per_batch >= 8 and rec.max_rows_per_call is None
 
 
 def test_worker_placement_rate_follows_the_measured_step():
@@ -245,7 +247,13 @@ def test_eval_workers_auto_probes_when_nothing_is_saved(cli, tmp_path: Path):
     r = cli("eval", *FAKE, "--workers=auto", "--tune.budget_s=2", f"--output_dir={tmp_path}")
     assert r.rc == 0, r.err
     assert "--workers=auto: measuring" in r.err
-    assert load_info(tmp_path)["tune"]["flags"]
+    info = load_info(tmp_path)
+    flags = dict(f[2:].split("=", 1) for f in info["tune"]["flags"])
+    # the recommendation is what ran: the pool started the workers and slots it names
+    assert int(flags["workers"]) == info["scheduling"]["workers"] >= 1
+    assert int(flags["slots_per_worker"]) == info["scheduling"]["slots_per_worker"]
+    assert len(list((tmp_path / "logs").glob("worker-*.log"))) == info["scheduling"]["workers"]
+    assert info["tune"]["predicted_steps_per_s"] > 0 and info["tune"]["predicted_wall_s"] > 0
 
 
 def test_real_probe_of_a_driver_policy_times_batches(cli, tmp_path: Path):

@@ -16,7 +16,7 @@ import os
 import sys
 import textwrap
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollbench import __version__
 from rollbench.config.env import BENCHMARKS, BenchmarkConfig
@@ -27,6 +27,9 @@ from rollbench.config.run import RunConfig
 from rollbench.config.tune import TuneConfig
 from rollbench.errors import ConfigError, RollbenchError
 from rollbench.policies.base import POLICIES
+
+if TYPE_CHECKING:
+    from rollbench.executors.base import Executor
 
 log = logging.getLogger("rollbench")
 
@@ -234,29 +237,33 @@ def main_help() -> str:
 # -- commands -----------------------------------------------------------------------
 
 
-def cmd_eval(flags: dict[str, str]) -> int:
-    from rollbench.executors.local import run_eval
+def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
+    from rollbench.lifecycle import run_eval
     from rollbench.results.summary import table
 
     cfg = config_from_flags(flags)
     if cfg.launch == "local":
-        from rollbench.executors.shards import launch_local
+        from rollbench.executors.shards import LocalShardsExecutor
 
-        return launch_local(cfg, flags)
-    result = run_eval(cfg)
-    print(table(result.info))
-    status = result.info["status"]
-    print(f"\n{result.ran} episodes run ({result.mode} mode); {status} results in {os.path.join(cfg.output_dir, 'eval_info.json')}")
-    failed = result.failed
-    if failed:
-        shown = [(t["task_group"], t["task"], f) for t in result.info["per_task"] for f in t["failed"]][:5]
+        executor: Executor = LocalShardsExecutor(flags)
+    else:
+        from rollbench.executors.local import LocalExecutor
+
+        executor = LocalExecutor()
+    outcome = run_eval(cfg, executor, command=argv)
+    info = outcome.info.to_json()
+    print(table(info))
+    print(f"\n{outcome.ran} episodes run {outcome.how}; {info['status']} results in {outcome.output_dir / 'eval_info.json'}")
+    if outcome.failed:
+        shown = [(t["task_group"], t["task"], f) for t in info["per_task"] for f in t["failed"]][:5]
         for group, task, f in shown:
             first = (f["error"] or "").strip().splitlines()[0] if f["error"] else "unknown error"
             print(f"failed: {group}/{task} episode {f['episode_index']}: {first}", file=sys.stderr)
-        print(f"{failed} episodes failed (infrastructure errors, not counted in success rates); "
+        print(f"{outcome.failed} episodes failed (infrastructure errors, not counted in success rates); "
               f"full errors in eval_info.json 'per_task[].failed'; rerun the same command to retry them")
-        return 1
-    return 0
+    for problem in outcome.problems:
+        print(problem, file=sys.stderr)
+    return 0 if outcome.ok else 1
 
 
 def cmd_tune(flags: dict[str, str]) -> int:
@@ -276,16 +283,20 @@ def cmd_tune(flags: dict[str, str]) -> int:
 
 
 def cmd_merge(positional: list[str], flags: dict[str, str]) -> int:
-    from rollbench.results.merge_dir import merge_dir
+    from pathlib import Path
+
+    from rollbench.lifecycle import merge_dir
+    from rollbench.results.store import read_manifest
     from rollbench.results.summary import table
 
     if len(positional) != 1:
         raise ConfigError("rollbench merge takes one directory: rollbench merge DIR")
     if flags:
         raise ConfigError(f"unknown flag --{next(iter(flags))} for rollbench merge")
-    info, path = merge_dir(positional[0], config_from_dict)
+    root = Path(positional[0])
+    info = merge_dir(root, config_from_dict(read_manifest(root))).to_json()
     print(table(info))
-    print(f"\nmerged into {path}: {info['status']}")
+    print(f"\nmerged into {root / 'eval_info.json'}: {info['status']}")
     if info["status"] != "complete":
         missing = info["missing_units"]
         shown = ", ".join(f"{m['task_group']}/{m['task']}#{m['episode_index']}" for m in missing[:10])
@@ -304,7 +315,7 @@ def cmd_list() -> int:
             cfg.check_available()
             desc = (cls.__doc__ or "").strip().splitlines()[0]
             print(f"  {name}: {desc}")
-            groups = _groups(cfg)
+            groups = cfg.list_groups()
             for group, tasks in groups.items():
                 print(f"    {group} ({len(tasks)}): {', '.join(tasks)}")
         except RollbenchError as err:
@@ -315,13 +326,6 @@ def cmd_list() -> int:
     for name in POLICIES.names():
         print(f"  {name}")
     return 0
-
-
-def _groups(cfg: BenchmarkConfig) -> dict[str, list[str]]:
-    describe = getattr(cfg, "list_groups", None)
-    if describe is not None:
-        return describe()  # type: ignore[no-any-return]
-    return cfg.tasks()
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -373,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command in ("eval", "tune"):
             if positional:
                 raise ConfigError(f"unexpected argument {positional[0]!r}; flags look like --env.type=metaworld")
-            return cmd_eval(flags) if command == "eval" else cmd_tune(flags)
+            return cmd_eval(flags, ["rollbench", *argv]) if command == "eval" else cmd_tune(flags)
         if command == "merge":
             return cmd_merge(positional, flags)
         if flags or positional:

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rollbench.config.run import RunConfig
 
 UnitKey = tuple[str, int, int]
 
 
 @dataclass(frozen=True, order=True)
 class EpisodeUnit:
-    """One episode to run: task `task_id` (index within `suite`), episode `episode_index`."""
+    """One episode to run: task `task_id` (index within `task_group`), episode `episode_index`."""
 
-    suite: str
+    task_group: str
     task_id: int
     episode_index: int
     seed: int
@@ -24,20 +28,25 @@ class EpisodeUnit:
 
     @property
     def key(self) -> UnitKey:
-        return (self.suite, self.task_id, self.episode_index)
+        return (self.task_group, self.task_id, self.episode_index)
 
     def label(self) -> str:
-        return f"{self.suite}/{self.task} episode {self.episode_index} (seed {self.seed})"
+        return f"{self.task_group}/{self.task} episode {self.episode_index} (seed {self.seed})"
 
 
 def make_plan(tasks: Mapping[str, Sequence[str]], n_episodes: int, seed: int) -> list[EpisodeUnit]:
     """Every unit of the run, task by task, in episode order."""
     return [
-        EpisodeUnit(suite, task_id, i, seed + i, task)
-        for suite, names in tasks.items()
+        EpisodeUnit(group, task_id, i, seed + i, task)
+        for group, names in tasks.items()
         for task_id, task in enumerate(names)
         for i in range(n_episodes)
     ]
+
+
+def plan_for(cfg: RunConfig) -> list[EpisodeUnit]:
+    """The whole plan of the run `cfg` describes (every shard's units)."""
+    return make_plan(cfg.env.tasks(), cfg.eval.n_episodes, cfg.seed)
 
 
 def shard(units: Iterable[EpisodeUnit], shard_id: int, num_shards: int) -> list[EpisodeUnit]:

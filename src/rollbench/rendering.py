@@ -2,10 +2,11 @@
 
 `--render_device=gpu` -> EGL (on the GPU's driver); `cpu` -> OSMesa when libOSMesa loads
 (measured here ~15% faster than Mesa's llvmpipe through EGL), else EGL on Mesa; `auto` ->
-EGL when nvidia-smi sees a GPU, else the cpu choice. An explicit MUJOCO_GL in the
-environment wins under `auto`. The choice is made in the driver and set in every worker
-before anything imports MuJoCo; the GL context itself is created in the worker, on the
-first render.
+EGL when nvidia-smi sees a GPU, else the cpu choice. A MUJOCO_GL the user set wins under
+`auto`, in every way of running. The executor decides once per run (`choose_backend`) and
+carries the value explicitly: into the driver's environment (`apply_backend`), each
+worker's spec, and each local shard's environment. The GL context itself is created in
+the worker, on the first render.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def osmesa_loadable() -> bool:
     return False
 
 
-def gl_backend(render_device: str, gpus: Sequence[Gpu]) -> str:
+def _device_backend(render_device: str, gpus: Sequence[Gpu]) -> str:
     """MUJOCO_GL for `--render_device`: gpu -> egl; cpu -> osmesa if loadable, else egl;
     auto -> egl when a GPU is visible, else the cpu choice."""
     if render_device == "gpu" or (render_device == "auto" and gpus):
@@ -85,17 +86,41 @@ def assign_gpus(gpus: Sequence[Gpu], num_shards: int) -> list[Gpu | None]:
     return [order[k % len(order)] for k in range(num_shards)]
 
 
-def choose_backend(render_device: str) -> str:
-    """The MUJOCO_GL value this run uses (see the module docstring)."""
-    if render_device == "auto" and os.environ.get("MUJOCO_GL"):
-        return os.environ["MUJOCO_GL"]
-    return gl_backend(render_device, find_gpus() if render_device == "auto" else [])
+# What apply_backend last wrote, and the MUJOCO_GL that was there before rollbench first
+# wrote one: the user's choice must keep winning after this process has set its own (tests
+# and embedding programs run several evaluations in one process).
+_ours: list[str | None] = [None, None]  # [value we set, the user's value before it]
+
+
+def user_backend() -> str | None:
+    """The MUJOCO_GL the user set, if any (not one this process set itself)."""
+    current = os.environ.get("MUJOCO_GL") or None
+    if current is not None and current != _ours[0]:
+        return current
+    return _ours[1]
+
+
+def choose_backend(render_device: str, gpus: Sequence[Gpu] | None = None) -> str:
+    """The MUJOCO_GL value a run uses: the one decision, made once per run by its executor.
+
+    Under `--render_device=auto` a MUJOCO_GL the user set wins; otherwise the device rule
+    (`_device_backend`). `gpus`: what `find_gpus()` returned, when the caller has it already.
+    """
+    if render_device == "auto" and (user := user_backend()):
+        return user
+    if gpus is None:
+        gpus = find_gpus() if render_device == "auto" else []
+    return _device_backend(render_device, gpus)
 
 
 def apply_backend(backend: str) -> None:
     """Set the variables MuJoCo (MUJOCO_GL) and PyOpenGL/robosuite (PYOPENGL_PLATFORM) read."""
+    current = os.environ.get("MUJOCO_GL") or None
+    if current != _ours[0]:
+        _ours[1] = current  # set by someone else since (or before) rollbench set it
     os.environ["MUJOCO_GL"] = backend
     os.environ["PYOPENGL_PLATFORM"] = backend
+    _ours[0] = backend
 
 
 _PACKAGES = {

@@ -89,7 +89,7 @@ class VideoPlan:
         return unit.episode_index < self.max_episodes_rendered
 
     def relpath(self, unit: EpisodeUnit) -> str:
-        return f"videos/{unit.suite}_{unit.task_id}/episode_{unit.episode_index}.mp4"
+        return f"videos/{unit.task_group}_{unit.task_id}/episode_{unit.episode_index}.mp4"
 
     def output_dir_path(self, unit: EpisodeUnit) -> Path:
         return Path(self.output_dir) / self.relpath(unit)

@@ -135,7 +135,7 @@ class BenchmarkConfig:
 
     # -- what a benchmark must define ------------------------------------------------
     def tasks(self) -> dict[str, list[str]]:
-        """{suite (task group): [task name, ...]}; a task's `task_id` is its index."""
+        """{task group (LeRobot's suite): [task name, ...]}; a task's `task_id` is its index."""
         raise NotImplementedError
 
     def make_task_env(self, task: str) -> gym.Env:
@@ -146,6 +146,16 @@ class BenchmarkConfig:
         raise NotImplementedError
 
     # -- what a benchmark may refine -------------------------------------------------
+    def validate_tasks(self) -> None:
+        """Raise ConfigError naming --env.task if a task does not exist; called before any
+        output is written. The default asks `tasks()`, which raises for unknown names."""
+        self.tasks()
+
+    def list_groups(self) -> dict[str, list[str]]:
+        """Every group of tasks this benchmark knows, for `rollbench list` (default: the
+        groups of the configured tasks)."""
+        return self.tasks()
+
     @classmethod
     def required_modules(cls) -> dict[str, str]:
         """{importable module: pip requirement} that the simulator needs."""
@@ -256,15 +266,15 @@ class BenchmarkConfig:
         return gym.vector.SyncVectorEnv(fns)
 
     def create_envs(self, n_envs: int, use_async_envs: bool = True) -> dict[str, dict[int, VectorEnv]]:
-        """{suite: {task_id: vector env of n_envs}} for every task, as LeRobot's envs do.
+        """{task group: {task_id: vector env of n_envs}} for every task, as LeRobot's envs do.
 
         Async by default for n_envs > 1, sync for 1. rollbench's own lockstep path builds
         one task at a time through `make_vector_env` instead, so that a 50-task suite
         never holds 50 pools of processes at once.
         """
         return {
-            suite: {i: self.make_vector_env(task, n_envs, use_async_envs) for i, task in enumerate(names)}
-            for suite, names in self.tasks().items()
+            group: {i: self.make_vector_env(task, n_envs, use_async_envs) for i, task in enumerate(names)}
+            for group, names in self.tasks().items()
         }
 
     def replace(self, **changes: Any) -> BenchmarkConfig:

@@ -14,8 +14,9 @@ class EvalConfig:
     n_episodes: int = opt(50, "episodes per task")
     batch_size: int | None = opt(
         None,
-        "lockstep mode: envs stepped together per task (default min(50, n_episodes)); "
-        "continuous mode: upper bound on observations per policy call",
+        "lockstep mode (lerobot-eval's meaning): envs of one task stepped together per batch "
+        "(default min(50, n_episodes)); continuous mode runs --workers x --slots_per_worker slots instead "
+        "(rows per policy call: --policy.max_batch_size)",
     )
     use_async_envs: bool = opt(False, "lockstep mode: step the batch's envs in subprocesses")
     mode: Literal["auto", "continuous", "lockstep"] = opt(
@@ -56,5 +57,6 @@ class EvalConfig:
             raise ConfigError(f"--eval.step_timeout_s={self.step_timeout_s} is not allowed; it must be > 0")
 
     @property
-    def lockstep_batch_size(self) -> int:
+    def envs_per_batch(self) -> int:
+        """Lockstep mode: envs per batch (a batch never holds more envs than a task has episodes)."""
         return min(self.batch_size or 50, self.n_episodes)

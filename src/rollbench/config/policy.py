@@ -20,9 +20,16 @@ class PolicyConfig:
         "worker: cheap CPU policies run inside each env worker (no round trip per step); "
         "driver: one batched policy in the main process; auto: worker when the policy is cheap",
     )
+    max_batch_size: int | None = opt(
+        None,
+        "continuous mode, driver placement: at most this many observations per policy call (e.g. to fit "
+        "GPU memory); a larger batch of ready slots is split into several calls. Default: no bound",
+    )
     #: other --policy.<field>=value flags, passed to the adapter (e.g. n_action_steps)
     options: dict[str, str] = field(default_factory=dict, metadata={"help": "other --policy.<field> flags"})
 
     def __post_init__(self) -> None:
         if not self.type:
             raise ConfigError("--policy.type is required (e.g. expert, random, module); see `rollbench list`")
+        if self.max_batch_size is not None and self.max_batch_size < 1:
+            raise ConfigError(f"--policy.max_batch_size={self.max_batch_size} is not allowed; it must be >= 1")

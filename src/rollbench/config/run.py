@@ -56,7 +56,7 @@ class RunConfig:
     def identity(self) -> dict[str, Any]:
         """What decides per-episode results: two runs with equal identities may share a log."""
         policy = to_dict(self.policy)
-        for key in ("placement",):
+        for key in ("placement", "max_batch_size"):  # where and how many per call, not what
             policy.pop(key, None)
         return {
             "env": to_dict(self.env),

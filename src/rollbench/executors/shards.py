@@ -7,9 +7,9 @@ is applied once, not by each child), then starts N children
 
 into the same output_dir. Each child resumes on its own from the episode logs, writes its
 own `episodes/<writer>.jsonl`, and sends its stdout/stderr to `logs/shard-K.log`. The
-parent only watches: it tails the episode logs for one combined progress line, stops the
-children on Ctrl-C, and at the end merges every log into `eval_info.json`, exactly as
-`rollbench merge DIR` would.
+parent only watches: it tails the episode logs for one combined progress line and stops
+the children on Ctrl-C. Opening and closing the run (run.json, the final merge into
+`eval_info.json`) are the lifecycle's, as for every other executor.
 """
 
 from __future__ import annotations
@@ -25,21 +25,24 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 from rollbench.config.run import RunConfig
-from rollbench.errors import ConfigError, RunInterrupted
-from rollbench.executors.local import cpu_count
-from rollbench.plan import EpisodeUnit, UnitKey, shard
-from rollbench.progress import Progress
-from rollbench.rendering import Gpu, assign_gpus, find_gpus, gl_backend
-from rollbench.results.log import log_files, read_records
-from rollbench.results.merge import merge
+from rollbench.errors import ConfigError
+from rollbench.executors.base import Executor
+from rollbench.plan import EpisodeUnit, shard
+from rollbench.rendering import Gpu, assign_gpus, choose_backend, find_gpus
+from rollbench.results.eval_info import ExecutionFacts
+from rollbench.results.log import log_files
+from rollbench.results.merge import Merged
 from rollbench.results.records import EpisodeRecord
-from rollbench.results.store import EVAL_INFO, prepare
+from rollbench.scheduler.common import cpu_count
+
+if TYPE_CHECKING:
+    from rollbench.lifecycle import Run
 
 log = logging.getLogger(__name__)
 
@@ -157,19 +160,6 @@ class Shard:
         return f"exit code {self.rc}"
 
 
-@dataclass
-class Watch:
-    planned: set[UnitKey]
-    progress: Progress
-    seen: set[UnitKey] = field(default_factory=set)
-
-    def feed(self, records: list[EpisodeRecord]) -> None:
-        for rec in records:
-            if rec.key in self.planned and rec.key not in self.seen and rec.ok:
-                self.seen.add(rec.key)
-                self.progress.update(rec)
-
-
 def tail(path: Path, n: int = TAIL_LINES) -> str:
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -214,115 +204,121 @@ def _tune_shards(cfg: RunConfig) -> list[str]:
     return flags
 
 
-def launch_local(cfg: RunConfig, flags: dict[str, str]) -> int:
-    from rollbench.executors.local import build_plan, versions, write_eval_info
-    from rollbench.results.summary import table
+class LocalShardsExecutor(Executor):
+    """N `rollbench eval --eval.shard_id=K` children into one directory; this process watches."""
 
-    if cfg.eval.shard_id != 0:
-        raise ConfigError(
-            f"--eval.shard_id={cfg.eval.shard_id} is not allowed with --launch=local, which starts "
-            f"every shard itself; drop --eval.shard_id (or run one shard with --launch=none)"
-        )
-    output_dir = Path(cfg.output_dir)
-    cfg.env.check_available()
-    validate = getattr(cfg.env, "validate_tasks", None)
-    if validate is not None:
-        validate()
-    plan: list[EpisodeUnit] = build_plan(cfg)
-    continuing = prepare(output_dir, cfg.identity(), cfg.to_dict(), cfg.resume)
-    already = merge(read_records(output_dir), plan).done_keys()
-    if continuing:
-        log.info("resuming in %s: %d of %d episodes already done", output_dir, len(already), len(plan))
+    logs_itself = True  # every child appends to its own episode log
 
-    n = cfg.eval.num_shards
-    tuned = _tune_shards(cfg) if cfg.workers == "auto" else []
-    gpus = find_gpus() if cfg.render_device != "cpu" else []
-    gl = gl_backend(cfg.render_device, gpus)
-    placement = assign_gpus(gpus, n)
-    (output_dir / LOGS_DIR).mkdir(exist_ok=True)
-    watch = Watch({u.key for u in plan}, Progress(total=len(plan), already=len(already)), set(already))
-    logtail = LogTail(output_dir)
-    logtail.skip_existing()
-    started = time.time()
-    shards: list[Shard] = []
-    try:
-        for k in range(n):
-            argv = child_argv(flags, cfg, k, tuned)
-            log_path = output_dir / LOGS_DIR / f"shard-{k}.log"
-            fh = open(log_path, "ab")  # noqa: SIM115 (closed when the child ends)
+    def __init__(self, flags: dict[str, str]) -> None:
+        self.flags = flags
+        self.cfg: RunConfig | None = None
+        self.shards: list[Shard] = []
+        self.gpus: list[Gpu | None] = []
+        self.gl = ""
+
+    def share(self, cfg: RunConfig, plan: list[EpisodeUnit]) -> list[EpisodeUnit]:
+        return plan  # every shard, one child each
+
+    def setup(self, cfg: RunConfig) -> None:
+        if cfg.eval.shard_id != 0:
+            raise ConfigError(
+                f"--eval.shard_id={cfg.eval.shard_id} is not allowed with --launch=local, which starts "
+                f"every shard itself; drop --eval.shard_id (or run one shard with --launch=none)"
+            )
+        self.cfg = cfg
+
+    def start(self, run: Run) -> None:
+        cfg = run.cfg
+        self.tuned = _tune_shards(cfg) if cfg.workers == "auto" else []
+        found = find_gpus() if cfg.render_device != "cpu" else []
+        # the one decision for every child: a MUJOCO_GL the user set wins, as in one process
+        self.gl = choose_backend(cfg.render_device, found)
+        self.gpus = assign_gpus(found, cfg.eval.num_shards)
+        (run.output_dir / LOGS_DIR).mkdir(exist_ok=True)
+        self.logtail = LogTail(run.output_dir)
+        self.logtail.skip_existing()
+
+    def execute(self, run: Run) -> Iterator[EpisodeRecord]:
+        cfg = run.cfg
+        seen = set(run.done_before)
+        planned = {u.key for u in run.plan}
+
+        def new(records: list[EpisodeRecord]) -> Iterator[EpisodeRecord]:
+            for rec in records:
+                if rec.key in planned and rec.key not in seen and rec.ok:
+                    seen.add(rec.key)
+                    yield rec
+
+        for k in range(cfg.eval.num_shards):
+            argv = child_argv(self.flags, cfg, k, self.tuned)
+            log_path = run.output_dir / LOGS_DIR / f"shard-{k}.log"
+            fh = open(log_path, "ab")  # noqa: SIM115 (closed in close())
             fh.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(argv)}\n".encode())
             fh.flush()
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                env=child_env(dict(os.environ), gl, placement[k]),
+                env=child_env(dict(os.environ), self.gl, self.gpus[k]),
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
-            shards.append(Shard(k, proc, log_path, fh))
-        on_gpus = [g.index for g in placement if g is not None]
+            self.shards.append(Shard(k, proc, log_path, fh))
+        on_gpus = [g.index for g in self.gpus if g is not None]
         log.info(
             "started %d shard processes (MUJOCO_GL=%s%s); logs in %s",
-            n, gl, f", GPUs {on_gpus}" if on_gpus else "", output_dir / LOGS_DIR,
+            cfg.eval.num_shards, self.gl, f", GPUs {on_gpus}" if on_gpus else "", run.output_dir / LOGS_DIR,
         )
-        while any(s.proc.poll() is None for s in shards):
+        while any(s.proc.poll() is None for s in self.shards):
             time.sleep(POLL_S)
-            watch.feed(logtail.new_records())
-        for s in shards:
+            yield from new(self.logtail.new_records())
+        for s in self.shards:
             s.rc = s.proc.returncode
-        watch.feed(logtail.new_records())
-    except KeyboardInterrupt:
-        stop(shards)
-        watch.progress.close()
-        done = len(merge(read_records(output_dir), plan).done_keys())
-        raise RunInterrupted(
-            f"interrupted: {done} of {len(plan)} episodes are saved in {output_dir}; "
-            f"to resume, run the same command again: {resume_command(flags, cfg)}"
-        ) from None
-    finally:
-        for s in shards:
-            s.log_fh.close()
-    watch.progress.close()
+        yield from new(self.logtail.new_records())
 
-    merged = merge(read_records(output_dir), plan)
-    if merged.conflicts:
-        log.warning("%d units have conflicting results in the logs; see eval_info.json 'conflicts'", len(merged.conflicts))
-    launch_info: dict[str, Any] = {
-        "num_shards": n,
-        "mujoco_gl": gl,
-        "shards": [
-            {"shard_id": s.shard_id, "returncode": s.rc, "log": str(s.log_path), "gpu": gpu.index if gpu else None}
-            for s, gpu in zip(shards, placement, strict=False)
-        ],
-    }
-    info = write_eval_info(
-        output_dir, merged, cfg,
-        {"mode": "launch-local", "config": cfg.to_dict(), "versions": versions(cfg),
-         "this_run_s": time.time() - started, "launch": launch_info},
-    )
-    print(table(info))
-    ran = len(watch.seen) - len(already)
-    print(f"\n{ran} episodes run in {n} shard processes; {info['status']} results in {output_dir / EVAL_INFO}")
+    def stop(self) -> None:
+        stop(self.shards)
 
-    # A shard failed when its own units are not all done; its exit code alone may also
-    # reflect other shards' failures already in the shared log.
-    done_keys = merged.done_keys()
-    short = {k: sum(u.key not in done_keys for u in shard(plan, k, n)) for k in range(n)}
-    rerun = [s for s in shards if short[s.shard_id]]
-    odd = [s for s in shards if s.rc != 0 and not short[s.shard_id]]
-    if not rerun and not odd and merged.complete:
-        return 0
-    for s in rerun:
-        print(
+    def resume_hint(self) -> str:
+        assert self.cfg is not None
+        return f"to resume, run the same command again: {resume_command(self.flags, self.cfg)}"
+
+    def facts(self) -> ExecutionFacts:
+        assert self.cfg is not None
+        return ExecutionFacts("launch-local", launch={
+            "num_shards": self.cfg.eval.num_shards,
+            "mujoco_gl": self.gl,
+            "shards": [
+                {"shard_id": s.shard_id, "returncode": s.rc, "log": str(s.log_path), "gpu": gpu.index if gpu else None}
+                for s, gpu in zip(self.shards, self.gpus, strict=False)
+            ],
+        })
+
+    def describe(self) -> str:
+        assert self.cfg is not None
+        return f"in {self.cfg.eval.num_shards} shard processes"
+
+    def finish(self, run: Run, merged: Merged) -> list[str]:
+        """A shard failed when its own units are not all done; its exit code alone may also
+        reflect other shards' failures already in the shared log."""
+        cfg, n = run.cfg, run.cfg.eval.num_shards
+        done = merged.done_keys()
+        short = {k: sum(u.key not in done for u in shard(run.plan, k, n)) for k in range(n)}
+        rerun = [s for s in self.shards if short[s.shard_id]]
+        problems = [
             f"shard {s.shard_id} failed ({s.describe_rc()}; {short[s.shard_id]} of its episodes missing or failed); "
-            f"last lines of {s.log_path}:\n{tail(s.log_path)}",
-            file=sys.stderr,
-        )
-    for s in odd:
-        print(f"shard {s.shard_id} ended with {s.describe_rc()} although all its episodes are logged; see {s.log_path}", file=sys.stderr)
-    if rerun:
-        commands = "\n".join(f"  {rerun_command(flags, cfg, s.shard_id)}" for s in rerun)
-        print(
-            f"failed shards: {', '.join(str(s.shard_id) for s in rerun)}. Rerun just those (finished episodes are kept), "
-            f"then merge:\n{commands}\n  {shlex.join(['rollbench', 'merge', str(output_dir)])}",
-            file=sys.stderr,
-        )
-    return 1
+            f"last lines of {s.log_path}:\n{tail(s.log_path)}"
+            for s in rerun
+        ]
+        problems += [
+            f"shard {s.shard_id} ended with {s.describe_rc()} although all its episodes are logged; see {s.log_path}"
+            for s in self.shards if s.rc != 0 and not short[s.shard_id]
+        ]
+        if rerun:
+            commands = "\n".join(f"  {rerun_command(self.flags, cfg, s.shard_id)}" for s in rerun)
+            problems.append(
+                f"failed shards: {', '.join(str(s.shard_id) for s in rerun)}. Rerun just those (finished episodes are "
+                f"kept), then merge:\n{commands}\n  {shlex.join(['rollbench', 'merge', str(run.output_dir)])}"
+            )
+        return problems
+
+    def close(self) -> None:
+        for s in self.shards:
+            s.log_fh.close()

@@ -29,7 +29,7 @@ from rollbench.registry import Registry
 class EpisodeStart:
     """What a policy learns about the episode starting in a slot."""
 
-    suite: str
+    task_group: str
     task: str
     description: str
     episode_index: int

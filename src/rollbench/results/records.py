@@ -38,7 +38,7 @@ class EpisodeRecord:
     @classmethod
     def from_unit(cls, unit: EpisodeUnit, **kwargs: Any) -> EpisodeRecord:
         return cls(
-            task_group=unit.suite,
+            task_group=unit.task_group,
             task_id=unit.task_id,
             task=unit.task,
             episode_index=unit.episode_index,

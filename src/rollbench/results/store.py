@@ -71,3 +71,25 @@ def prepare(output_dir: Path, identity: dict[str, Any], config: dict[str, Any], 
     if not continuing or not manifest.exists():
         write_json_atomic(manifest, {"identity": identity, "config": config})
     return continuing
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    """The `config` of the run whose logs lie under `root` (`rollbench merge`): every
+    `run.json` under it (shards written on several machines) must describe the same run."""
+    if not root.is_dir():
+        raise ConfigError(f"rollbench merge {str(root)!r}: not a directory")
+    manifests = sorted({*root.glob(MANIFEST), *root.glob(f"**/{MANIFEST}")})
+    if not manifests:
+        raise ConfigError(f"rollbench merge {str(root)!r}: no {MANIFEST} found under it; is it a rollbench output_dir?")
+    loaded = []
+    for path in manifests:
+        try:
+            loaded.append((path, json.loads(path.read_text())))
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"rollbench merge: cannot read {path} ({err})") from None
+    first_path, first = loaded[0]
+    for path, other in loaded[1:]:
+        if other["identity"] != first["identity"]:
+            raise ConfigError(f"rollbench merge: {path} and {first_path} describe different runs; merge them separately")
+    config: dict[str, Any] = first["config"]
+    return config

@@ -90,20 +90,20 @@ def eval_info(merged: Merged, descriptions: dict[str, str] | None = None, root: 
 
     by_task: dict[tuple[str, int], list[EpisodeUnit]] = defaultdict(list)
     for unit in merged.plan:
-        by_task[(unit.suite, unit.task_id)].append(unit)
+        by_task[(unit.task_group, unit.task_id)].append(unit)
 
     per_task = []
     group_records: dict[str, list[EpisodeRecord]] = defaultdict(list)
     group_failed: dict[str, int] = defaultdict(int)
-    for (suite, task_id), units in by_task.items():
+    for (group, task_id), units in by_task.items():
         recs = [merged.records[u.key] for u in units if u.key in merged.records]
         ok = [r for r in recs if r.ok]
         failed = [r for r in recs if not r.ok]
-        group_records[suite].extend(ok)
-        group_failed[suite] += len(failed)
+        group_records[group].extend(ok)
+        group_failed[group] += len(failed)
         per_task.append(
             {
-                "task_group": suite,
+                "task_group": group,
                 "task_id": task_id,
                 "task": units[0].task,
                 "description": descriptions.get(units[0].task, units[0].task),
@@ -138,7 +138,7 @@ def eval_info(merged: Merged, descriptions: dict[str, str] | None = None, root: 
         "overall": overall,
         "n_planned": len(merged.plan),
         "missing_units": [
-            {"task_group": u.suite, "task_id": u.task_id, "task": u.task, "episode_index": u.episode_index}
+            {"task_group": u.task_group, "task_id": u.task_id, "task": u.task, "episode_index": u.episode_index}
             for u in merged.missing
         ],
         "duplicates_ignored": merged.duplicates,

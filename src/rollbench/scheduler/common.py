@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -34,15 +34,14 @@ def driver_threads(cores: int, workers: int) -> int:
 
 @dataclass(frozen=True)
 class StepContext:
-    """Everything needed to turn observations into actions and account the results."""
+    """Everything needed to turn observations into actions and account the results.
+
+    It builds policies but never holds one: whoever runs a scheduler hands it the policy
+    to use (and closes it), so a checkpoint loads once per process.
+    """
 
     benchmark: BenchmarkConfig
     policy_config: PolicyConfig
-    _kept: list[Policy] = field(default_factory=list, repr=False, compare=False)
-
-    def keep(self, policy: Policy) -> None:
-        """Hand an already built policy to the next make_policy() call (load it once)."""
-        self._kept.append(policy)
 
     @cached_property
     def action_space(self) -> Any:
@@ -54,13 +53,11 @@ class StepContext:
             env.close()
 
     def make_policy(self) -> Policy:
-        if self._kept:
-            return self._kept.pop()
         return make_policy(PolicyContext(self.policy_config, self.benchmark, self.action_space))
 
     def episode_start(self, unit: EpisodeUnit) -> EpisodeStart:
         return EpisodeStart(
-            suite=unit.suite,
+            task_group=unit.task_group,
             task=unit.task,
             description=self.benchmark.task_description(unit.task),
             episode_index=unit.episode_index,

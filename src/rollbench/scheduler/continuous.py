@@ -18,7 +18,6 @@ results do not depend on the mode, worker count or slot count.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import multiprocessing as mp
 import os
 import signal
@@ -47,15 +46,18 @@ STDERR_TAIL_LINES = 15
 
 @dataclass(frozen=True)
 class PoolOptions:
+    """How continuous mode runs (decided once, in `scheduler.decide`): the pool starts
+    exactly `workers` worker processes."""
+
     workers: int
     slots_per_worker: int
     placement: str  # "worker" or "driver"
     max_retries: int
     step_timeout_s: float
     log_dir: Path
-    gl_backend: str = "egl"
+    gl_backend: str  # MUJOCO_GL of every worker
     video: VideoPlan | None = None
-    max_batch: int | None = None  # driver placement: at most this many rows per policy call
+    max_rows_per_call: int | None = None  # driver placement: --policy.max_batch_size
 
 
 class UnitQueue:
@@ -138,13 +140,15 @@ def _concat(parts: list[Any]) -> Any:
 
 
 class ContinuousScheduler:
-    def __init__(self, ctx: StepContext, units: list[EpisodeUnit], opts: PoolOptions) -> None:
+    def __init__(self, ctx: StepContext, units: list[EpisodeUnit], opts: PoolOptions, policy: Policy | None) -> None:
+        if (opts.placement == "driver") != (policy is not None):
+            raise ValueError("continuous scheduler: driver placement takes the driver's policy, worker placement none")
         self.ctx = ctx
         self.opts = opts
         self.queue = UnitQueue(units)
         self.n_slots_total = opts.workers * opts.slots_per_worker
         self.layout = self._layout(units)
-        self.policy: Policy | None = ctx.make_policy() if opts.placement == "driver" else None
+        self.policy = policy
         self.mpctx: Any = mp.get_context("forkserver" if sys.platform.startswith("linux") else "spawn")
         self.run_id = f"rollbench-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
         self.workers: list[WorkerHandle] = []
@@ -199,8 +203,6 @@ class ContinuousScheduler:
         for w in self.workers:
             self._stop(w)
             w.buffer.close(unlink=True)
-        if self.policy is not None:
-            self.policy.close()
 
     # -- bookkeeping -----------------------------------------------------------------
     def _fill(self, w: WorkerHandle) -> None:
@@ -461,9 +463,9 @@ class ContinuousScheduler:
         actions: dict[int, dict[int, Any]] = {w.index: {} for w in group}
         if slots:
             batch = _concat(parts) if self.layout is not None else stack_any(parts)
-            bound = self.opts.max_batch or len(slots)
+            bound = self.opts.max_rows_per_call or len(slots)
             outs = []
-            for lo in range(0, len(slots), bound):  # --eval.batch_size bounds a call (e.g. GPU memory)
+            for lo in range(0, len(slots), bound):  # --policy.max_batch_size bounds a call (e.g. GPU memory)
                 part = batch if bound >= len(slots) else _rows(batch, lo, lo + bound)
                 outs.append(self.ctx.act(self.policy, part, slots[lo : lo + bound], descriptions[lo : lo + bound]))
             out = outs[0] if len(outs) == 1 else np.concatenate(outs)
@@ -495,9 +497,14 @@ def _torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def run_continuous(ctx: StepContext, units: list[EpisodeUnit], opts: PoolOptions) -> Iterator[EpisodeRecord]:
+def run_continuous(
+    ctx: StepContext, units: list[EpisodeUnit], opts: PoolOptions, policy: Policy | None = None,
+) -> Iterator[EpisodeRecord]:
+    """Run `units` on a pool of `opts.workers` workers; yield each record as its episode ends.
+
+    Driver placement runs `policy` (the caller's: it built it, it closes it) in this process;
+    worker placement builds one policy in every worker and takes none here.
+    """
     if not units:
         return iter(())
-    workers = max(1, min(opts.workers, -(-len(units) // opts.slots_per_worker)))
-    opts = dataclasses.replace(opts, workers=workers)
-    return ContinuousScheduler(ctx, units, opts).run()
+    return ContinuousScheduler(ctx, units, opts, policy).run()

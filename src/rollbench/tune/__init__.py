@@ -16,7 +16,6 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-import os
 import shlex
 import socket
 import time
@@ -26,10 +25,11 @@ from typing import Any
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError
 from rollbench.policies.base import Policy
+from rollbench.rendering import user_backend
 from rollbench.tune.figures import SCHEMA, Probe, RunShape
 from rollbench.tune.model import Recommendation, recommend
 
-__all__ = ["Probe", "Recommendation", "apply", "eval_command", "load", "measure", "recommend", "report", "save"]
+__all__ = ["Probe", "Recommendation", "apply", "eval_command", "load", "measure", "prediction", "recommend", "report", "save"]
 
 log = logging.getLogger(__name__)
 
@@ -49,17 +49,17 @@ def run_shape(cfg: RunConfig, n_units: int) -> RunShape:
 
 def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, rss_before: int = 0) -> Probe:
     """Probe the machine, the env and the policy for `cfg`, within `cfg.tune.budget_s`."""
-    from rollbench.executors.local import build_plan, decide
-    from rollbench.plan import shard
-    from rollbench.rendering import choose_backend, osmesa_loadable
+    from rollbench.plan import plan_for, shard
+    from rollbench.rendering import choose_backend, osmesa_loadable, user_backend
     from rollbench.scheduler.common import StepContext
+    from rollbench.scheduler.decide import decide_placement
     from rollbench.tune import probe as p
 
     started = time.monotonic()
     budget = cfg.tune.budget_s
     machine = p.probe_machine()
     cfg.env.check_available()
-    units = shard(build_plan(cfg), cfg.eval.shard_id, cfg.eval.num_shards)
+    units = shard(plan_for(cfg), cfg.eval.shard_id, cfg.eval.num_shards)
     if not units:
         raise ConfigError(f"--eval.shard_id={cfg.eval.shard_id}: this shard has no episodes to run")
     if policy is None:
@@ -68,14 +68,15 @@ def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, r
         policy = StepContext(cfg.env, cfg.policy).make_policy()
         load_s = time.perf_counter() - t0
         started = time.monotonic()  # the budget is for measuring; loading is the policy's own cost
-    probe_cfg = dataclasses.replace(cfg, workers=1)
-    how = decide(probe_cfg, policy)
+    placement = decide_placement(cfg, policy)
+    # the backend the run would use (the run decides its own, once, after the recommendation);
+    # on a CPU machine with no choice made by the user, the other one is timed too
     backend = choose_backend(cfg.render_device)
     renders = _renders_obs(cfg) or cfg.eval.max_episodes_rendered > 0
     other = None
-    if renders and cfg.render_device == "auto" and not machine.gpus and "MUJOCO_GL" not in os.environ:
+    if renders and cfg.render_device == "auto" and not machine.gpus and user_backend() is None:
         other = "egl" if backend == "osmesa" else ("osmesa" if osmesa_loadable() else None)
-    with_policy = how.placement == "worker"
+    with_policy = placement == "worker"
     env, obs = p.probe_env(
         cfg, units, budget * (0.55 if not with_policy else 0.8), backend, with_policy,
         cfg.eval.max_episodes_rendered > 0, int(machine.cores.v), other,
@@ -83,7 +84,7 @@ def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, r
     env = dataclasses.replace(env, driver_setup_s=_driver_setup(cfg))
     left = max(1.0, budget - (time.monotonic() - started))
     pol = p.probe_policy(cfg, policy, load_s, rss_before, obs, units[0], left, p.max_useful_batch(len(units), int(machine.cores.v)),
-                         how.placement)
+                         placement)
     return Probe(
         machine=machine, env=env, policy=pol, run=run_shape(cfg, len(units)), schema=SCHEMA,
         took_s=time.monotonic() - started, host=socket.gethostname(),
@@ -168,7 +169,8 @@ def report(probe: Probe, rec: Recommendation) -> str:
     return "\n".join(lines)
 
 
-_SET_BY_TUNE = ("workers", "slots_per_worker", "eval.batch_size", "eval.use_async_envs", "eval.mode", "policy.placement",
+_SET_BY_TUNE = ("workers", "slots_per_worker", "eval.batch_size", "policy.max_batch_size", "eval.use_async_envs",
+                "eval.mode", "policy.placement",
                 "render_device", "eval.num_shards", "launch", "tune.budget_s", "tune.output", "tune.load")
 
 
@@ -176,10 +178,10 @@ def recommended_flags(rec: Recommendation) -> list[str]:
     out = []
     if rec.mode == "continuous":
         out += [f"--workers={rec.workers}", f"--slots_per_worker={rec.slots_per_worker}"]
-        if rec.batch_bound is not None:
-            out.append(f"--eval.batch_size={rec.batch_bound}")
+        if rec.max_rows_per_call is not None:
+            out.append(f"--policy.max_batch_size={rec.max_rows_per_call}")
     else:
-        out += ["--eval.mode=lockstep", f"--eval.batch_size={rec.batch_bound}"]
+        out += ["--eval.mode=lockstep", f"--eval.batch_size={rec.envs_per_batch}"]
         if rec.use_async_envs:
             out.append("--eval.use_async_envs=true")
     out.append(f"--render_device={rec.render_device}")
@@ -235,24 +237,34 @@ def apply(cfg: RunConfig, rec: Recommendation) -> RunConfig:
     if rec.mode == "continuous":
         changes["workers"] = rec.workers
         changes["slots_per_worker"] = cfg.slots_per_worker or rec.slots_per_worker
-        if rec.batch_bound is not None and cfg.eval.batch_size is None:
-            eval_changes["batch_size"] = rec.batch_bound
+        if rec.max_rows_per_call is not None and cfg.policy.max_batch_size is None:
+            changes["policy"] = dataclasses.replace(cfg.policy, max_batch_size=rec.max_rows_per_call)
     else:
         changes["workers"] = None
         if cfg.eval.batch_size is None:
-            eval_changes["batch_size"] = rec.batch_bound
+            eval_changes["batch_size"] = rec.envs_per_batch
         if not cfg.eval.use_async_envs:
             eval_changes["use_async_envs"] = rec.use_async_envs
-    if cfg.render_device == "auto":
-        changes["render_device"] = rec.render_device
+    if cfg.render_device == "auto" and user_backend() is None:
+        changes["render_device"] = rec.render_device  # a MUJOCO_GL the user set keeps winning
     if eval_changes:
         changes["eval"] = dataclasses.replace(cfg.eval, **eval_changes)
     return dataclasses.replace(cfg, **changes)
 
 
+def prediction(rec: Recommendation) -> dict[str, Any]:
+    """What `--workers=auto` records in eval_info.json (`tune`): the flags it applied and
+    the model's prediction, to check against what the run achieved."""
+    return {
+        "flags": recommended_flags(rec), "bottleneck": rec.bottleneck,
+        "predicted_steps_per_s": rec.predicted_steps_per_s, "predicted_wall_s": rec.predicted_wall_s,
+        "predicted_total_steps": rec.predicted_total_steps,
+    }
+
+
 def fits(probe: Probe, cfg: RunConfig) -> bool:
     """A saved probe describes this machine and this kind of run."""
-    from rollbench.executors.local import cpu_count
+    from rollbench.scheduler.common import cpu_count
 
     return probe.host == socket.gethostname() and int(probe.machine.cores.v) == cpu_count() and \
         probe.policy.type == cfg.policy.type and probe.policy.device == cfg.policy.device
@@ -266,10 +278,9 @@ def for_eval(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int) -> 
             log.warning("--tune.load=%s was measured on %s (%d cores, %s policy on %s); using it anyway",
                         cfg.tune.load, probe.host, int(probe.machine.cores.v), probe.policy.type, probe.policy.device)
         # the saved probe's env and policy costs, this run's amount of work
-        from rollbench.executors.local import build_plan
-        from rollbench.plan import shard
+        from rollbench.plan import plan_for, shard
 
-        n = len(shard(build_plan(cfg), cfg.eval.shard_id, cfg.eval.num_shards))
+        n = len(shard(plan_for(cfg), cfg.eval.shard_id, cfg.eval.num_shards))
         probe = dataclasses.replace(probe, run=run_shape(cfg, n))
     else:
         log.info("--workers=auto: measuring this machine (up to %.0fs, --tune.budget_s)", cfg.tune.budget_s)

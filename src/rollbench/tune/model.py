@@ -79,7 +79,8 @@ class Recommendation:
     placement: str
     workers: int
     slots_per_worker: int
-    batch_bound: int | None
+    envs_per_batch: int | None  # lockstep: --eval.batch_size
+    max_rows_per_call: int | None  # continuous, driver placement: --policy.max_batch_size
     use_async_envs: bool
     render_device: str
     use_amp: bool
@@ -425,10 +426,9 @@ def recommend(probe: Probe) -> Recommendation:
     best = Candidate(best.mode, best.placement, best.workers, best.slots_per_worker, best.batch, best.use_async_envs,
                      best.steps_per_s, best.wall_s, best.startup_s, bound, best._total)
     cap = gpu_batch_cap(probe)
-    batch_bound = cap if cap is not None and best.placement == "driver" and best.mode == "continuous" else None
-    if best.mode == "lockstep":
-        batch_bound = best.batch  # lockstep: --eval.batch_size is the number of envs per batch
-    elif batch_bound is not None:
+    max_rows = cap if cap is not None and best.placement == "driver" and best.mode == "continuous" else None
+    envs_per_batch = best.batch if best.mode == "lockstep" else None
+    if max_rows is not None:
         reasons.append(f"GPU memory: activations fit at most {cap} rows per call")
     gpus = probe.machine.gpus
     render = _render_choice(probe, reasons)
@@ -454,7 +454,7 @@ def recommend(probe: Probe) -> Recommendation:
     ranked = sorted(cands, key=_cost)[:5]
     return Recommendation(
         mode=best.mode, placement=best.placement, workers=best.workers, slots_per_worker=best.slots_per_worker,
-        batch_bound=batch_bound, use_async_envs=best.use_async_envs, render_device=render, use_amp=amp,
+        envs_per_batch=envs_per_batch, max_rows_per_call=max_rows, use_async_envs=best.use_async_envs, render_device=render, use_amp=amp,
         num_shards=shards, predicted_steps_per_s=total / wall if wall > 0 else 0.0,
         steady_steps_per_s=best.steps_per_s, predicted_wall_s=wall, predicted_total_steps=total,
         bottleneck=bottleneck_sentence(probe, best), reasons=tuple(reasons), alternatives=tuple(ranked),

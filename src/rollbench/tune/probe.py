@@ -51,7 +51,7 @@ class ProbeError(RollbenchError):
 
 
 def probe_machine() -> MachineProbe:
-    from rollbench.executors.local import cpu_count
+    from rollbench.scheduler.common import cpu_count
 
     return MachineProbe(
         cores=measured(cpu_count(), "CPUs this process may run on"),

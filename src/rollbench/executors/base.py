@@ -1,0 +1,65 @@
+"""What every way of running units implements; the run's life around it is `lifecycle`'s.
+
+    lifecycle.run_eval:  check + plan ─▶ executor.setup ─▶ open the run ─▶ executor.start
+                         ─▶ executor.execute (records) ─▶ close the run ─▶ executor.finish
+
+An executor only decides where and how units run and hands back their records; it never
+opens or closes a run, never writes `eval_info.json`, and never prints.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, ClassVar
+
+from rollbench.config.run import RunConfig
+from rollbench.plan import EpisodeUnit, shard
+from rollbench.results.eval_info import ExecutionFacts
+from rollbench.results.merge import Merged
+from rollbench.results.records import EpisodeRecord
+
+if TYPE_CHECKING:
+    from rollbench.lifecycle import Run
+
+
+class Executor(abc.ABC):
+    #: False: the lifecycle appends every record `execute` yields to this process's durable
+    #: log before it counts. True: the executor's own processes write their logs (local
+    #: shards), and the records it yields are only for the progress line.
+    logs_itself: ClassVar[bool] = False
+
+    def share(self, cfg: RunConfig, plan: list[EpisodeUnit]) -> list[EpisodeUnit]:
+        """The units of the plan this run is responsible for (default: its shard)."""
+        return shard(plan, cfg.eval.shard_id, cfg.eval.num_shards)
+
+    def setup(self, cfg: RunConfig) -> None:  # noqa: B027 (optional hook)
+        """Before the output directory is touched: build what a bad input breaks (the policy)."""
+
+    def start(self, run: Run) -> None:  # noqa: B027 (optional hook)
+        """The directory is ready: decide how to run `run.todo` (measure, schedule)."""
+
+    @abc.abstractmethod
+    def execute(self, run: Run) -> Iterator[EpisodeRecord]:
+        """Run `run.todo`; yield each unit's record once, as it ends (done or failed)."""
+
+    @abc.abstractmethod
+    def facts(self) -> ExecutionFacts:
+        """What it decided and did, for eval_info.json."""
+
+    def describe(self) -> str:
+        """How the units ran, for the closing line: "(continuous mode)", "in 3 shard processes"."""
+        return f"({self.facts().mode})"
+
+    def stop(self) -> None:  # noqa: B027 (optional hook)
+        """Interrupted (Ctrl-C): stop whatever still runs, keeping what finished."""
+
+    def resume_hint(self) -> str:
+        return "run the same command again to resume"
+
+    def finish(self, run: Run, merged: Merged) -> list[str]:
+        """After the run is closed: problems the user must hear of, one message each."""
+        return []
+
+    def close(self) -> None:  # noqa: B027 (optional hook)
+        """Free what `setup` and `start` built; called once, whatever happened."""

@@ -1,0 +1,160 @@
+"""One life for every run, whoever runs its units.
+
+    open   check the benchmark and tasks, plan, take this run's share, prepare or resume
+           the output directory, find the units still to do           (open_run)
+    run    hand them to an executor; append each record it yields to the durable log
+           before it counts; progress                                  (run_eval)
+    close  merge every log of the directory, build one EvalInfo, write it atomically
+                                                                       (close_run)
+
+`rollbench eval` runs this with the in-process executor (`executors.local`) or the local
+shard launcher (`executors.shards`); `rollbench merge` is a run with nothing left to
+execute: it only closes. Nothing here prints: the CLI does, from the returned values.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rollbench.config.run import RunConfig
+from rollbench.errors import RollbenchError, RunInterrupted
+from rollbench.executors.base import Executor
+from rollbench.plan import EpisodeUnit, UnitKey, pending, plan_for
+from rollbench.progress import Progress
+from rollbench.results import eval_info
+from rollbench.results.eval_info import EvalInfo, ExecutionFacts
+from rollbench.results.log import EpisodeLog, read_records, writer_name
+from rollbench.results.merge import Merged, merge
+from rollbench.results.records import EpisodeRecord
+from rollbench.results.store import prepare
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Run:
+    """An opened run: what it is, where it writes, and what is left to do."""
+
+    cfg: RunConfig
+    output_dir: Path
+    plan: list[EpisodeUnit]  # the whole run, every shard
+    units: list[EpisodeUnit]  # this run's share of it
+    done_before: frozenset[UnitKey]  # finished in the logs when the run opened
+    todo: list[EpisodeUnit]  # units of the share still to run
+    continuing: bool  # the directory held this run already
+    opened_at: float  # unix time
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    output_dir: Path
+    info: EvalInfo
+    ran: int  # episodes run by this command
+    failed: int  # units of this run's share logged as failed (other shards' failures are theirs)
+    how: str  # e.g. "(continuous mode)", "in 3 shard processes"
+    problems: list[str]  # what the executor says went wrong (failed shards, what to rerun)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.problems
+
+
+def check(cfg: RunConfig) -> list[EpisodeUnit]:
+    """The run's plan, once its benchmark is installed and its tasks exist (no side effects)."""
+    cfg.env.check_available()
+    cfg.env.validate_tasks()
+    return plan_for(cfg)
+
+
+def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) -> Run:
+    """Prepare (or resume in) the output directory; the units of `units` still to do."""
+    output_dir = Path(cfg.output_dir)
+    continuing = prepare(output_dir, cfg.identity(), cfg.to_dict(), cfg.resume)
+    done = frozenset(merge(read_records(output_dir), plan).done_keys())
+    todo = pending(units, done)
+    if continuing:
+        log.info("resuming in %s: %d of %d episodes already done", output_dir, len(units) - len(todo), len(units))
+    return Run(cfg, output_dir, plan, units, done, todo, continuing, time.time())
+
+
+def close_run(
+    output_dir: Path, cfg: RunConfig, plan: list[EpisodeUnit], how: ExecutionFacts,
+    command: list[str] | None = None, started: float | None = None, recursive: bool = False,
+) -> tuple[Merged, EvalInfo]:
+    """Merge every log under `output_dir` into one EvalInfo and write it atomically."""
+    merged = merge(read_records(output_dir, recursive=recursive), plan)
+    if merged.conflicts:
+        log.warning("%d units have conflicting results in the logs; see eval_info.json 'conflicts'", len(merged.conflicts))
+    took = time.time() - started if started is not None else None
+    info = eval_info.build(merged, cfg, output_dir, how, command, took)
+    eval_info.write(output_dir, info)
+    return merged, info
+
+
+def run_eval(
+    cfg: RunConfig, executor: Executor, progress_stream: Any = None, command: list[str] | None = None,
+) -> RunOutcome:
+    """Open the run, execute what is left of it, close it."""
+    plan = check(cfg)
+    try:
+        executor.setup(cfg)  # a bad policy fails here, before any output is written
+        run = open_run(cfg, plan, executor.share(cfg, plan))
+        executor.start(run)
+        ran = _drive(run, executor, progress_stream)
+        merged, info = close_run(run.output_dir, cfg, plan, executor.facts(), command, run.opened_at)
+        if not executor.logs_itself:
+            lost = [u for u in run.todo if u.key not in merged.records]
+            if lost:
+                raise RollbenchError(f"internal: {len(lost)} units of this run are missing from its log, e.g. {lost[0].label()}")
+        problems = executor.finish(run, merged)
+    finally:
+        executor.close()
+    failed = sum(1 for u in run.units if u.key in merged.records and not merged.records[u.key].ok)
+    return RunOutcome(run.output_dir, info, ran, failed, executor.describe(), problems)
+
+
+def _drive(run: Run, executor: Executor, progress_stream: Any) -> int:
+    """Every record the executor yields: logged durably (unless it logs itself), then counted."""
+    progress = Progress(total=len(run.units), already=len(run.units) - len(run.todo), stream=progress_stream)
+    ran = 0
+    records: Iterator[EpisodeRecord] = executor.execute(run)
+    writer = writer_name(run.cfg.eval.shard_id, run.cfg.eval.num_shards)
+    try:
+        if executor.logs_itself:
+            for rec in records:
+                ran += 1
+                progress.update(rec)
+        else:
+            with EpisodeLog(run.output_dir, writer) as episode_log:
+                for rec in records:
+                    episode_log.append(rec)  # fsync'ed: from here on it counts
+                    ran += 1
+                    progress.update(rec)
+    except KeyboardInterrupt:
+        executor.stop()
+        close = getattr(records, "close", None)
+        if close is not None:
+            close()  # the scheduler's cleanup (workers, videos) runs now, not at garbage collection
+        progress.close()
+        left = len(pending(run.units, merge(read_records(run.output_dir), run.plan).done_keys()))
+        raise RunInterrupted(
+            f"interrupted: {ran} episodes finished in this run; {len(run.units) - left} of {len(run.units)} "
+            f"are saved in {run.output_dir}; {executor.resume_hint()}"
+        ) from None
+    progress.close()
+    return ran
+
+
+def merge_dir(root: Path, cfg: RunConfig) -> EvalInfo:
+    """`rollbench merge`: close a run (every log under `root`) that nothing executes now."""
+    from rollbench.results.log import EPISODES_DIR
+
+    plan = plan_for(cfg)  # no availability check: a merge needs the logs, not the simulator
+    n_dirs = len({*map(str, root.glob(f"**/{EPISODES_DIR}"))})
+    _, info = close_run(root, cfg, plan, ExecutionFacts(mode="merge", merged_from=n_dirs), recursive=True)
+    return info

@@ -1,0 +1,105 @@
+"""`eval_info.json`: one typed, versioned result object, built in one place for every way
+of running (this process, local shards, a merge; later a cluster).
+
+The body (`per_task`, `per_group`, `overall`, ...) keeps LeRobot's keys and meaning and is
+recomputed from the merged episode records (`summary.eval_info`); what differs between ways
+of running is only `how`: the executor's own facts (its scheduling decision, its shard
+processes, tune's prediction), each under a key of its own.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rollbench.results.merge import Merged
+from rollbench.results.store import EVAL_INFO, write_json_atomic
+from rollbench.results.summary import eval_info as summarize
+
+if TYPE_CHECKING:
+    from rollbench.config.run import RunConfig
+
+#: bump when a key changes meaning or goes away (adding a key is not a new version)
+SCHEMA_VERSION = 1
+
+
+def versions(cfg: RunConfig) -> dict[str, str]:
+    import gymnasium
+    import numpy
+
+    from rollbench import __version__
+
+    return {
+        "rollbench": __version__,
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "gymnasium": gymnasium.__version__,
+        **cfg.env.package_versions(),
+    }
+
+
+@dataclass(frozen=True)
+class ExecutionFacts:
+    """What a way of running did, for `eval_info.json`; every field optional."""
+
+    mode: str  # continuous | lockstep | launch-local | merge
+    scheduling: dict[str, Any] | None = None  # the Schedule this process ran with
+    launch: dict[str, Any] | None = None  # local shards: their processes and exit codes
+    tune: dict[str, Any] | None = None  # --workers=auto: the recommendation and its prediction
+    merged_from: int | None = None  # rollbench merge: how many episode directories
+
+
+@dataclass(frozen=True)
+class EvalInfo:
+    """The whole of `eval_info.json`."""
+
+    body: dict[str, Any]  # status, per_task, per_group, overall, n_planned, missing_units, ...
+    config: dict[str, Any]
+    versions: dict[str, str]
+    how: ExecutionFacts
+    command: list[str] | None = None  # the argv of the rollbench command that wrote it
+    this_run_s: float | None = None  # wall time of the command that wrote it
+    schema_version: int = field(default=SCHEMA_VERSION)
+
+    @property
+    def status(self) -> str:
+        return str(self.body["status"])
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"
+
+    def __getitem__(self, key: str) -> Any:
+        """Read it as the JSON reads (`info["overall"]["pc_success"]`)."""
+        return self.to_json()[key]
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"schema_version": self.schema_version, **self.body}
+        out["mode"] = self.how.mode
+        for key in ("scheduling", "launch", "tune", "merged_from"):
+            value = getattr(self.how, key)
+            if value is not None:
+                out[key] = value
+        out["config"] = self.config
+        out["versions"] = self.versions
+        if self.command is not None:
+            out["command"] = self.command
+        if self.this_run_s is not None:
+            out["this_run_s"] = self.this_run_s
+        return out
+
+
+def build(
+    merged: Merged, cfg: RunConfig, root: Path, how: ExecutionFacts,
+    command: list[str] | None = None, this_run_s: float | None = None,
+) -> EvalInfo:
+    descriptions = {u.task: cfg.env.task_description(u.task) for u in merged.plan}
+    return EvalInfo(summarize(merged, descriptions, root), cfg.to_dict(), versions(cfg), how, command, this_run_s)
+
+
+def write(root: Path, info: EvalInfo) -> Path:
+    path = root / EVAL_INFO
+    write_json_atomic(path, info.to_json())
+    return path
