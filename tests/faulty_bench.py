@@ -57,3 +57,25 @@ class FaultyConfig(FakeConfig):
 
     def make_task_env(self, task: str) -> gym.Env:
         return FaultyEnv(TASKS[task], self.max_steps, self.crash_seed, self.hang_seed, self.error_seed)
+
+
+class IndexCheckEnv(CountdownEnv):
+    """Refuses a reset that does not know its episode yet: the scheduler must set
+    `episode_index` before the reset (unit seeds are `1000 + episode_index`)."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        self.index_at_reset = getattr(self, "episode_index", None)
+        if seed is not None and self.index_at_reset != seed - 1000:
+            raise RuntimeError(f"reset(seed={seed}) saw episode_index={self.index_at_reset}, expected {seed - 1000}")
+        return super().reset(seed=seed, options=options)
+
+
+@register_benchmark("indexed")
+@dataclass(frozen=True)
+class IndexedConfig(FakeConfig):
+    """The fake benchmark whose envs check they got the episode index before each reset."""
+
+    uses_episode_index = True
+
+    def make_task_env(self, task: str) -> gym.Env:
+        return IndexCheckEnv(TASKS[task], self.max_steps)

@@ -102,3 +102,58 @@ class _AtMostTwoRows(_Const):
 def at_most_two_rows(ctx: Any) -> _Const:
     """Zeros; raises when a call has more than 2 rows (checks --policy.max_batch_size as a bound)."""
     return _AtMostTwoRows(ctx, 0.0)
+
+
+class _Recording(_Const):
+    """Zeros; appends one line per call to $ROLLBENCH_TEST_RECORD: `<pid> <MUJOCO_GL> <rows>`
+    (and one at construction with rows = -1), so a test sees what every process ran with."""
+
+    def __init__(self, ctx: Any) -> None:
+        super().__init__(ctx, 0.0)
+        self._note(-1)
+
+    def _note(self, rows: int) -> None:
+        import os
+
+        with open(os.environ["ROLLBENCH_TEST_RECORD"], "a", encoding="utf-8") as fh:
+            fh.write(f"{os.getpid()} {os.environ.get('MUJOCO_GL', '-')} {rows}\n")
+
+    def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
+        self._note(len(slots))
+        return super().act(batch, slots)
+
+
+def recording(ctx: Any) -> _Const:
+    """Zeros, recording each process's MUJOCO_GL and each call's rows (see _Recording)."""
+    return _Recording(ctx)
+
+
+class _RecordingLockstep(_Recording):
+    per_slot_state = False  # lerobot-eval's kind of policy: runs in lockstep mode
+
+
+def recording_lockstep(ctx: Any) -> _Const:
+    return _RecordingLockstep(ctx)
+
+
+class _CheapRecording(_Recording):
+    cheap = True  # runs inside the env workers (worker placement)
+
+
+def cheap_recording(ctx: Any) -> _Const:
+    return _CheapRecording(ctx)
+
+
+def dies_in_workers(ctx: Any) -> _Const:
+    """Builds in the main process; a worker process that builds it exits at once (a broken
+    import on the workers' side, say), before it can run any episode."""
+    import multiprocessing
+    import os
+    import sys
+
+    if multiprocessing.parent_process() is not None:
+        print("dies_in_workers: exiting", file=sys.stderr, flush=True)
+        os._exit(3)
+    policy = _CheapRecording.__new__(_CheapRecording)
+    _Const.__init__(policy, ctx, 0.0)
+    return policy

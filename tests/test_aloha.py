@@ -38,6 +38,16 @@ def test_batch_keys_and_shapes(cli, tmp_path, obs_type):
     r = cli(*BASE, f"--env.obs_type={obs_type}", "--eval.n_episodes=1", "--policy.type=module",
             f"--policy.path=helpers_image_policies:aloha_{obs_type}", "--eval.mode=lockstep", f"--output_dir={tmp_path}")
     assert r.rc == 0, r.err
+    # the policy checked every batch of the episode (it raises on a wrong key, shape or dtype)
+    assert [v[3] for v in per_episode(tmp_path).values()] == [10]
+
+
+def test_batch_key_check_catches_a_wrong_layout(cli, tmp_path):
+    """The checking policy of `pixels` on `pixels_agent_pos` batches: the extra state key fails the run."""
+    r = cli(*BASE, "--env.obs_type=pixels_agent_pos", "--eval.n_episodes=1", "--policy.type=module",
+            "--policy.path=helpers_image_policies:aloha_pixels", "--eval.mode=lockstep", f"--output_dir={tmp_path}")
+    assert r.rc != 0
+    assert "features" in r.err and "observation.state" in r.err
 
 
 def test_only_the_used_camera_is_rendered(monkeypatch):

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO, TESTS, load_info, per_episode, run_subprocess
-from rollbench.benchmarks.fake import CountdownEnv, FakeConfig
+from faulty_bench import IndexCheckEnv
+from rollbench.benchmarks.fake import FakeConfig
 from rollbench.config import BENCHMARKS, BenchmarkConfig, register_benchmark
 from rollbench.config.env import EPISODE_INDEX_ATTR, set_episode_index
 from rollbench.errors import ConfigError, UnknownNameError
@@ -32,14 +33,28 @@ class _IndexedFake(FakeConfig):
 @pytest.mark.parametrize("use_async", [False, True])
 def test_episode_index_reaches_each_sub_env_before_reset(use_async):
     """The lockstep path: one index per sub-env of a sync or async vector env."""
-    envs = [functools.partial(CountdownEnv, 0.3, 5) for _ in range(3)]
+    envs = [functools.partial(IndexCheckEnv, 0.3, 5) for _ in range(3)]
     vec = gym.vector.AsyncVectorEnv(envs, context="forkserver") if use_async else gym.vector.SyncVectorEnv(envs)
     try:
         set_episode_index(_IndexedFake(task="near"), vec, [4, 5, 6])
-        vec.reset(seed=[1, 2, 3])
-        assert list(vec.get_attr(EPISODE_INDEX_ATTR)) == [4, 5, 6]
+        vec.reset(seed=[1004, 1005, 1006])  # IndexCheckEnv raises unless reset already sees its index
+        assert list(vec.get_attr("index_at_reset")) == [4, 5, 6]
     finally:
         vec.close()
+
+
+@pytest.mark.parametrize("mode", ["--eval.mode=lockstep", "--eval.mode=continuous"])
+@pytest.mark.parametrize("batch", ["--eval.batch_size=3", "--eval.use_async_envs=true"])
+def test_both_schedulers_set_the_episode_index_before_each_reset(tmp_path, mode, batch):
+    """Every reset of a run sees its own episode's index (the env raises otherwise, and a
+    raising reset is a failed unit): first resets, and resets of a reused env alike."""
+    res = run_subprocess(
+        "eval", "--env.type=indexed", "--env.task=near,far", "--policy.type=expert", "--eval.n_episodes=7", mode,
+        batch, "--workers=2", f"--output_dir={tmp_path}", timeout=120, ROLLBENCH_PLUGINS="faulty_bench",
+    )
+    assert res.rc == 0, res.err[-2000:]
+    info = load_info(tmp_path)
+    assert info["overall"]["n_failed"] == 0 and info["overall"]["n_episodes"] == 14
 
 
 def test_episode_index_is_set_only_for_benchmarks_that_use_it():

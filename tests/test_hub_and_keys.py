@@ -111,3 +111,10 @@ def test_key_selection_on_a_builtin(cli, tmp_path: Path) -> None:
     r = cli("eval", "--env.type=fake", "--policy.type=module", "--policy.path=helpers_sched:state6_policy",
             "--env.state_keys=environment_state,agent_pos", "--eval.n_episodes=2", f"--output_dir={tmp_path}")
     assert r.rc == 0, r.err
+    # the policy reads the target from the first part of the state: it reaches it only if the
+    # state is (environment_state, agent_pos) in that order (one far episode runs out of steps)
+    assert sum(v[0] for v in per_episode(tmp_path).values()) >= 5
+    wrong = cli("eval", "--env.type=fake", "--policy.type=module", "--policy.path=helpers_sched:state6_policy",
+                "--env.state_keys=agent_pos,environment_state", "--eval.n_episodes=2", f"--output_dir={tmp_path / 'w'}")
+    assert wrong.rc == 0, wrong.err
+    assert not any(v[0] for v in per_episode(tmp_path / "w").values())

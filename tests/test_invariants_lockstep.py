@@ -62,8 +62,10 @@ def test_fake_seed_shifts_episodes(cli, tmp_path):
     base = ("--env.type=fake", "--env.task=far", "--policy.type=random", "--eval.n_episodes=4")
     a = run_variants(cli, tmp_path, base, {"s1000": ("--seed=1000", "--eval.batch_size=4")})["s1000"]
     b = run_variants(cli, tmp_path, base, {"s1001": ("--seed=1001", "--eval.batch_size=2")})["s1001"]
+    assert len(variety(a)) == 4  # every seed its own episode: a shift is visible
     for i in range(3):
         assert b[("far", 0, i)] == a[("far", 0, i + 1)]
+        assert b[("far", 0, i)] != a[("far", 0, i)]
 
 
 @pytest.mark.metaworld

@@ -37,6 +37,8 @@ COMMANDS = {
     "eval": "evaluate a policy on a benchmark",
     "tune": "measure this machine for an evaluation; recommend workers, slots, batch, render device, AMP",
     "merge": "rebuild eval_info.json from every episode log under a directory",
+    "report": "write DIR/report.html: summary, per-task success with intervals, lengths, throughput, videos",
+    "compare": "is run B better than run A? per-task and overall differences with exact tests and a verdict",
     "list": "show the registered benchmarks (tasks, groups) and policy types",
 }
 
@@ -254,6 +256,8 @@ def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
     info = outcome.info.to_json()
     print(table(info))
     print(f"\n{outcome.ran} episodes run {outcome.how}; {info['status']} results in {outcome.output_dir / 'eval_info.json'}")
+    if outcome.report is not None:
+        print(f"report: {outcome.report}")
     if outcome.failed:
         shown = [(t["task_group"], t["task"], f) for t in info["per_task"] for f in t["failed"]][:5]
         for group, task, f in shown:
@@ -369,7 +373,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(f"unknown command {command!r}.{hint} Commands: {', '.join(COMMANDS)}")
         load_plugins()
         if "-h" in rest or "--help" in rest:
-            print({"eval": eval_help, "tune": tune_help, "merge": lambda: MERGE_HELP, "list": lambda: LIST_HELP}[command]())
+            from rollbench.report import COMPARE_HELP, REPORT_HELP
+
+            helps = {"eval": eval_help, "tune": tune_help, "merge": lambda: MERGE_HELP, "list": lambda: LIST_HELP,
+                     "report": lambda: REPORT_HELP, "compare": lambda: COMPARE_HELP}
+            print(helps[command]())
             return 0
         flags, positional = parse_flags(rest)
         if command not in ("eval", "tune"):
@@ -380,6 +388,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_eval(flags, ["rollbench", *argv]) if command == "eval" else cmd_tune(flags)
         if command == "merge":
             return cmd_merge(positional, flags)
+        if command in ("report", "compare"):
+            from rollbench.report import compare_main, report_main
+
+            return (report_main if command == "report" else compare_main)(positional, flags)
         if flags or positional:
             raise ConfigError("rollbench list takes no arguments")
         return cmd_list()

@@ -58,6 +58,7 @@ class RunOutcome:
     failed: int  # units of this run's share logged as failed (other shards' failures are theirs)
     how: str  # e.g. "(continuous mode)", "in 3 shard processes"
     problems: list[str]  # what the executor says went wrong (failed shards, what to rerun)
+    report: Path | None  # report.html, unless it could not be drawn
 
     @property
     def ok(self) -> bool:
@@ -96,6 +97,18 @@ def close_run(
     return merged, info
 
 
+def write_report(output_dir: Path) -> Path | None:
+    """report.html from what close_run wrote; a page that cannot be drawn costs no result."""
+    from rollbench.report import write_report as draw
+
+    try:
+        return draw(output_dir)
+    except Exception as err:  # the results are saved; the page is a view of them
+        log.warning("could not write %s/report.html (%s: %s); rerun `rollbench report %s`",
+                    output_dir, type(err).__name__, err, output_dir)
+        return None
+
+
 def run_eval(
     cfg: RunConfig, executor: Executor, progress_stream: Any = None, command: list[str] | None = None,
 ) -> RunOutcome:
@@ -115,7 +128,7 @@ def run_eval(
     finally:
         executor.close()
     failed = sum(1 for u in run.units if u.key in merged.records and not merged.records[u.key].ok)
-    return RunOutcome(run.output_dir, info, ran, failed, executor.describe(), problems)
+    return RunOutcome(run.output_dir, info, ran, failed, executor.describe(), problems, write_report(run.output_dir))
 
 
 def _drive(run: Run, executor: Executor, progress_stream: Any) -> int:
@@ -157,4 +170,5 @@ def merge_dir(root: Path, cfg: RunConfig) -> EvalInfo:
     plan = plan_for(cfg)  # no availability check: a merge needs the logs, not the simulator
     n_dirs = len({*map(str, root.glob(f"**/{EPISODES_DIR}"))})
     _, info = close_run(root, cfg, plan, ExecutionFacts(mode="merge", merged_from=n_dirs), recursive=True)
+    write_report(root)
     return info

@@ -42,6 +42,8 @@ from rollbench.scheduler.shm import ArraySpec, SlotBuffer, obs_layout, shm_dir, 
 from rollbench.scheduler.worker import Report, SlotError, WorkerSpec, worker_main
 
 STDERR_TAIL_LINES = 15
+#: a worker that dies this many times in a row without reporting anything stops the run
+MAX_FRUITLESS_RESTARTS = 3
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class WorkerHandle:
     slots: list[deque[tuple[EpisodeUnit, int]]]
     started: list[bool]
     inflight: bool = False
+    reported: bool = False  # it has sent a report: it got as far as running slots
     sent_at: float = field(default_factory=time.monotonic)
     last_task: list[str | None] = field(default_factory=list)
 
@@ -153,6 +156,7 @@ class ContinuousScheduler:
         self.run_id = f"rollbench-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
         self.workers: list[WorkerHandle] = []
         self.open_tasks = {u.task for u in units}
+        self.fruitless = [0] * opts.workers  # deaths in a row of a worker that never reported
 
     def _layout(self, units: list[EpisodeUnit]) -> tuple[ArraySpec, ...] | None:
         """One flat observation layout for all tasks, or None (observations get pickled)."""
@@ -261,6 +265,7 @@ class ContinuousScheduler:
             yield EpisodeRecord.failed(unit, error, worker, attempt, 0.0)
 
     def _absorb(self, w: WorkerHandle, report: Report) -> Iterator[EpisodeRecord]:
+        w.reported = True
         ended = False
         for event in report.events:
             if event[0] == "started":
@@ -306,6 +311,15 @@ class ContinuousScheduler:
         else:
             how = "stopped answering"
         tail = _tail(w.log_path)
+        blamed = any(n == 0 and (i == inside or (inside < 0 and w.started[i])) for i, q in enumerate(w.slots) for n in range(len(q)))
+        self.fruitless[w.index] = 0 if blamed or w.reported else self.fruitless[w.index] + 1
+        if self.fruitless[w.index] > MAX_FRUITLESS_RESTARTS:
+            # it dies before any episode starts (a broken import, a missing library): a fresh
+            # process would die the same way, forever, and no unit would ever be charged
+            raise WorkerError(
+                f"worker {w.index} {why or how} {self.fruitless[w.index]} times in a row before running any episode; "
+                f"last lines of {w.log_path}:\n{tail or '(empty)'}"
+            )
         for i, q in enumerate(w.slots):
             for n, (unit, attempt) in enumerate(q):
                 culprit = n == 0 and (i == inside or (inside < 0 and w.started[i]))

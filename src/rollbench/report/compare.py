@@ -1,0 +1,245 @@
+"""Is run B better than run A, on which tasks, and can the data tell?
+
+    A, B (eval_info.json) ─▶ common tasks ─▶ per task: rates, B-A with its interval, exact test
+                                          ─▶ Holm across tasks ─▶ verdicts, episodes needed, warnings
+
+A task is compared paired when both runs ran the same units (task, seed): then only the
+units whose outcome differs count (exact McNemar), which sees a difference with far fewer
+episodes. Otherwise the two samples are independent (Boschloo). The verdict names a
+difference only where the test, after Holm's correction, supports it; where it does not,
+it says how many episodes per task would (power 80% at the observed rates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from rollbench.report import stats
+from rollbench.report.runs import Episode, Run, TaskKey
+from rollbench.results.summary import wilson
+
+POWER = 0.8
+
+
+@dataclass(frozen=True)
+class Rate:
+    k: int
+    n: int
+
+    @property
+    def pct(self) -> float:
+        return 100.0 * self.k / self.n
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        lo, hi = wilson(self.k, self.n) or (0.0, 1.0)
+        return 100 * lo, 100 * hi
+
+
+@dataclass(frozen=True)
+class Row:
+    """One task (or overall): both rates, B - A, the test and what it lets us say."""
+
+    name: str
+    a: Rate
+    b: Rate
+    paired: stats.Paired | None  # None: independent samples
+    ci: tuple[float, float]  # of B - A, percentage points
+    test: str
+    p: float
+    p_adj: float  # Holm-adjusted across tasks (overall: p itself)
+    needed: int | None  # episodes per task for 80% power; None when decided or rates are equal
+    alpha: float
+
+    @property
+    def diff(self) -> float:
+        return self.b.pct - self.a.pct
+
+    @property
+    def verdict(self) -> str:
+        if self.p_adj < self.alpha:
+            return "better" if self.diff > 0 else "worse"
+        return "no difference" if self.a.k * self.b.n == self.b.k * self.a.n else "not significant"
+
+
+@dataclass
+class Comparison:
+    a: Run
+    b: Run
+    tasks: list[Row]
+    overall: Row
+    alpha: float
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def b_worse(self) -> bool:
+        """B significantly worse overall or on any task (after Holm): what --fail-if-worse gates."""
+        return any(r.verdict == "worse" for r in [self.overall, *self.tasks])
+
+    def verdicts(self) -> list[str]:
+        overall = _overall_sentence(self.overall, len(self.tasks))
+        return [overall] if len(self.tasks) == 1 else [overall, _task_sentence(self.tasks, self.alpha)]
+
+
+def _pair(ea: Sequence[Episode], eb: Sequence[Episode]) -> stats.Paired | None:
+    """The paired table when both runs ran exactly the same seeds of this task, else None."""
+    sa = {e.seed: e.success for e in ea}
+    sb = {e.seed: e.success for e in eb}
+    if None in sa or None in sb or len(sa) != len(ea) or len(sb) != len(eb) or sa.keys() != sb.keys() or not sa:
+        return None
+    cells = [0, 0, 0, 0]
+    for seed, won_a in sa.items():
+        cells[(0 if won_a else 2) + (0 if sb[seed] else 1)] += 1
+    both, only_a, only_b, neither = cells
+    return stats.Paired(both, only_a, only_b, neither)
+
+
+def _test(a: Rate, b: Rate, paired: stats.Paired | None) -> tuple[tuple[float, float], str, float]:
+    if paired is not None:
+        lo, hi = stats.newcombe_paired(paired)
+        return (100 * lo, 100 * hi), "exact McNemar", stats.mcnemar_exact(paired)
+    lo, hi = stats.newcombe_unpaired(a.k, a.n, b.k, b.n)
+    test, p = stats.unpaired_test(a.k, a.n, b.k, b.n)
+    return (100 * lo, 100 * hi), test, p
+
+
+def _needed(a: Rate, b: Rate, paired: stats.Paired | None, alpha: float, tasks: int) -> int | None:
+    """Episodes per task for 80% power, or None; `tasks` > 1 spreads a pooled total over them."""
+    if paired is not None:
+        total = stats.episodes_needed_paired(paired, alpha, POWER)
+    else:
+        total = stats.episodes_needed_unpaired(a.k / a.n, b.k / b.n, alpha, POWER)
+    return None if total is None else -(-total // tasks)
+
+
+def compare_runs(a: Run, b: Run, alpha: float = 0.05) -> Comparison:
+    """Compare every task both runs evaluated, and all of them pooled."""
+    keys: list[TaskKey] = [k for k in a.tasks if k in b.tasks and a.tasks[k].n and b.tasks[k].n]
+    if not keys:
+        raise ValueError("no task with episodes in both runs")
+    drafts = []
+    for key in keys:
+        ta, tb = a.tasks[key], b.tasks[key]
+        ra, rb = Rate(ta.k, ta.n), Rate(tb.k, tb.n)
+        paired = _pair(ta.episodes, tb.episodes)
+        drafts.append((ta.name, ra, rb, paired, *_test(ra, rb, paired)))
+    adjusted = stats.holm([d[6] for d in drafts])
+    rows = []
+    for (name, ra, rb, paired, ci, test, p), p_adj in zip(drafts, adjusted, strict=True):
+        # Holm's strictest step is alpha / m: a task sized for it is decided whatever the others do
+        needed = None if p_adj < alpha else _needed(ra, rb, paired, alpha / len(drafts), 1)
+        rows.append(Row(name, ra, rb, paired, ci, test, p, p_adj, needed, alpha))
+    # pooled: with one rate per run over all tasks, as eval_info's `overall`. Unpaired, a
+    # binomial test on pooled counts is conservative when tasks' rates differ (a sum of
+    # binomials varies less than one binomial of the same mean), so it never overclaims.
+    ra = Rate(sum(r.a.k for r in rows), sum(r.a.n for r in rows))
+    rb = Rate(sum(r.b.k for r in rows), sum(r.b.n for r in rows))
+    pool: stats.Paired | None = stats.Paired(0, 0, 0, 0)
+    for r in rows:
+        # McNemar over all units only when every task is paired; one unpaired task unpairs the pool
+        pool = None if pool is None or r.paired is None else pool + r.paired
+    ci, test, p = _test(ra, rb, pool)
+    needed = None if p < alpha else _needed(ra, rb, pool, alpha, len(rows))
+    overall = Row("overall", ra, rb, pool, ci, test, p, p, needed, alpha)
+    cmp = Comparison(a, b, rows, overall, alpha)
+    _check(cmp, keys)
+    return cmp
+
+
+def _points(x: float) -> str:
+    return f"{x:+.1f}"
+
+
+def _overall_sentence(r: Row, tasks: int) -> str:
+    rates = f"A {r.a.pct:.1f}%, B {r.b.pct:.1f}%"
+    p = stats.fmt_p(r.p)
+    detail = (f"B - A {_points(r.diff)} points, 95% CI {_points(r.ci[0])} to {_points(r.ci[1])}; "
+              f"{r.test} p {p[0] + ' ' + p[1:] if p.startswith('<') else '= ' + p}")
+    if r.verdict in ("better", "worse"):
+        return f"B is {r.verdict} than A overall: {rates} ({detail})."
+    if r.verdict == "no difference":
+        return (f"No difference overall: both succeed in {r.a.pct:.1f}% ({detail}). The data rule out "
+                f"differences outside that interval; more episodes would not separate equal rates.")
+    per_task = f" per task ({r.needed * tasks} in all)" if tasks > 1 and r.needed else ""
+    more = ""
+    if r.needed is not None:
+        have = r.a.n // tasks
+        more = (f" At these rates about {r.needed} episodes{per_task} would detect a difference of this size with "
+                f"{POWER:.0%} power (now {have}{' per task' if tasks > 1 else ''}).")
+    return (f"No significant difference overall: {rates} ({detail}). The data cannot tell whether B is "
+            f"{'better' if r.diff > 0 else 'worse'}.{more}")
+
+
+def _task_sentence(rows: Sequence[Row], alpha: float) -> str:
+    m = len(rows)
+    n_better = sum(r.verdict == "better" for r in rows)
+    n_worse = sum(r.verdict == "worse" for r in rows)
+    rest = m - n_better - n_worse
+    head = f"Per task (Holm-corrected across {m} tasks, α = {alpha:g}): "
+    if not n_better and not n_worse:
+        text = f"{head}no significant difference on any of the {m} tasks."
+    else:
+        parts = [f"{kind} on {n}" for kind, n in (("better", n_better), ("worse", n_worse)) if n]
+        parts[0] = parts[0] + f" of {m} tasks"
+        if rest:
+            parts.append(f"no significant difference on {rest}")
+        text = head + "B is " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]) + "."
+    undecided = [r.needed for r in rows if r.needed is not None]
+    if undecided:
+        span = str(min(undecided)) if min(undecided) == max(undecided) else f"{min(undecided)}–{max(undecided)}"
+        text += (f" Deciding the {len(undecided)} undecided task{'s' * (len(undecided) != 1)} with a difference would "
+                 f"take about {span} episodes per task ({POWER:.0%} power at the observed rates; now "
+                 f"{max(r.a.n for r in rows)}).")
+    return text
+
+
+def _span(seeds: list[int] | None) -> str:
+    if not seeds:
+        return "none recorded"
+    return f"{min(seeds)}..{max(seeds)}" if len(seeds) > 1 else str(seeds[0])
+
+
+def _check(cmp: Comparison, keys: list[TaskKey]) -> None:
+    """What makes A and B less comparable than they look: the warnings and notes."""
+    a, b, warn = cmp.a, cmp.b, cmp.warnings
+    for side, run, other in (("A", a, b), ("B", b, a)):
+        only = [run.tasks[k].name for k in run.tasks if k not in other.tasks]
+        if only:
+            warn.append(f"tasks only in {side}, left out: {', '.join(only)}")
+        failed = sum(t.n_failed for t in run.tasks.values())
+        if run.info.get("status") == "partial" or failed:
+            warn.append(f"{side} is partial ({failed} failed units, {len(run.info.get('missing_units') or [])} missing): they are left out")
+        if run.versions is None or run.config is None:
+            warn.append(f"{side} ({run.producer}) records no package versions or config: cannot check the benchmark "
+                        "version or the episode length against the other run")
+    if a.versions and b.versions:
+        diffs = [f"{k} {a.versions[k]} (A) vs {b.versions[k]} (B)" for k in sorted(a.versions.keys() & b.versions.keys())
+                 if a.versions[k] != b.versions[k]]
+        if diffs:
+            warn.append("package versions differ: " + "; ".join(diffs))
+    env_a, env_b = (a.config or {}).get("env"), (b.config or {}).get("env")
+    if isinstance(env_a, dict) and isinstance(env_b, dict):
+        diffs = [f"env.{k}: {env_a.get(k)!r} (A) vs {env_b.get(k)!r} (B)" for k in sorted(env_a.keys() | env_b.keys())
+                 if k != "task" and env_a.get(k) != env_b.get(k)]
+        if diffs:
+            warn.append("benchmark settings differ (episode length, observations, ...): " + "; ".join(diffs))
+    longest = [max((e.n_steps for e in ep if not e.success and e.n_steps), default=None)
+               for ep in ([e for k in keys for e in run.tasks[k].episodes] for run in (a, b))]
+    if None not in longest and longest[0] != longest[1]:
+        warn.append(f"failed episodes last up to {longest[0]} steps in A and {longest[1]} in B: the step limits may differ")
+    counts = [(r.name, r.a.n, r.b.n) for r in cmp.tasks if r.a.n != r.b.n]
+    if counts:
+        name, na, nb = counts[0]
+        warn.append(f"episode counts differ on {len(counts)} of {len(cmp.tasks)} tasks (e.g. {name}: A {na}, B {nb})")
+    unpaired = [(k, a.tasks[k].seeds, b.tasks[k].seeds) for k, r in zip(keys, cmp.tasks, strict=True) if r.paired is None]
+    mismatched = [(k, sa, sb) for k, sa, sb in unpaired if sa is not None and sb is not None]
+    if mismatched:
+        k, sa, sb = mismatched[0]
+        warn.append(f"seeds differ on {len(mismatched)} of {len(keys)} tasks (e.g. {a.tasks[k].name}: A {_span(sa)}, "
+                    f"B {_span(sb)}): those are compared unpaired (Boschloo), which needs more episodes to see a difference")
+    for side, run in (("A", a), ("B", b)):
+        if any(run.tasks[k].seeds is None for k in keys):
+            cmp.notes.append(f"{side} records no seeds ({run.producer}): its tasks are compared unpaired. If it ran with "
+                             f"the same --seed as the other run, pass --seed_{side.lower()}=SEED (episode i had seed SEED + i) to pair them.")

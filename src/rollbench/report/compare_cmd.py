@@ -1,0 +1,168 @@
+"""`rollbench compare A B`: the comparison as a plain-text table, an optional page, an exit code."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from rollbench.errors import ConfigError
+from rollbench.report import plots, stats
+from rollbench.report.compare import Comparison, Rate, Row, compare_runs
+from rollbench.report.html import esc, page, table, write_atomic
+from rollbench.report.runs import Run, command_line, load_run
+
+COMPARE_HELP = """usage: rollbench compare A B [--html=OUT] [--fail-if-worse] [--alpha=0.05] [--seed_a=S] [--seed_b=S]
+
+Is B better than A, on which tasks, and can the data tell? A and B are output directories
+of `rollbench eval` or `lerobot-eval`, or their eval_info.json files. For every task both
+ran, and for all of them pooled: each success rate with its 95% Wilson interval, B - A with
+Newcombe's 95% interval, and an exact test: McNemar when both ran the same units (task,
+seed), else Boschloo; Holm-corrected across tasks. The verdict calls a difference only
+where the test supports it, and says how many episodes per task would decide the rest.
+Warns when the runs differ in package versions, benchmark settings, seeds, episode
+counts or step limits.
+
+  --html=OUT         also write the comparison as a self-contained page
+  --fail-if-worse    exit 1 when B is significantly worse than A, overall or on any task
+                     (after Holm): a regression gate for CI (--fail_if_worse works too)
+  --alpha=A          significance level (default 0.05)
+  --seed_a=S, --seed_b=S
+                     for a run that records no seeds (lerobot-eval): the --seed it ran with;
+                     episode i of every task then had seed S + i, so its episodes can be
+                     paired with the other run's
+
+exit codes: 0 compared, 1 B is worse (with --fail-if-worse), 2 bad arguments"""
+
+HEADER = ("task", "A", "B", "B - A, points [95% CI]", "test", "p", "p Holm", "verdict", "n for 80% power")
+
+
+def _rate(r: Rate) -> str:
+    lo, hi = r.ci
+    return f"{r.k}/{r.n} {r.pct:.0f}% [{lo:.0f}, {hi:.0f}]"
+
+
+def _cells(r: Row, overall: bool = False) -> tuple[str, ...]:
+    diff = f"{r.diff:+.1f} [{r.ci[0]:+.1f}, {r.ci[1]:+.1f}]"
+    test = f"McNemar ({r.paired.n} pairs)" if r.paired else r.test
+    needed = "-" if r.needed is None else f"{r.needed}{' per task' if overall else ''}"
+    return (r.name, _rate(r.a), _rate(r.b), diff, test, stats.fmt_p(r.p), "-" if overall else stats.fmt_p(r.p_adj),
+            r.verdict, needed)
+
+
+def text(cmp: Comparison) -> str:
+    rows = [HEADER, *(_cells(r) for r in cmp.tasks)]
+    if len(cmp.tasks) > 1:
+        rows.append(_cells(cmp.overall, overall=True))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    lines = [f"A: {cmp.a.path.parent}  ({cmp.a.describe()}, {cmp.a.producer})",
+             f"B: {cmp.b.path.parent}  ({cmp.b.describe()}, {cmp.b.producer})", ""]
+    for j, row in enumerate(rows):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        if j == 0 or (j == len(rows) - 2 and len(cmp.tasks) > 1):
+            lines.append("-" * sum(w + 2 for w in widths))
+    lines += ["", *cmp.verdicts()]
+    for title, items in (("warnings", cmp.warnings), ("notes", cmp.notes)):
+        if items:
+            lines += ["", f"{title}:", *(f"  - {w}" for w in items)]
+    return "\n".join(lines)
+
+
+def _run_block(side: str, run: Run) -> Iterator[str]:
+    yield f"<h3>{side}: {esc(run.describe())}</h3><p class=\"muted\">{esc(run.path)} · {esc(run.producer)}</p>"
+    cmd = command_line(run.info)
+    if cmd:
+        yield f"<pre>{esc(cmd[0])}</pre>"
+
+
+def html_page(cmp: Comparison) -> str:
+    verdict_class = {"better": "ok", "worse": "bad"}
+    body = [f"<h1>B: {esc(cmp.b.describe())} against A: {esc(cmp.a.describe())}</h1>"]
+    body += [f'<p class="verdict">{esc(v)}</p>' for v in cmp.verdicts()]
+    body += [f'<p class="warn">{esc(w)}</p>' for w in cmp.warnings]
+    body += [f'<p class="muted">{esc(n)}</p>' for n in cmp.notes]
+    body.append("<h2>B - A per task</h2>")
+    body.append(plots.differences([plots.Difference(r.name, r.diff, r.ci[0], r.ci[1], r.verdict) for r in cmp.tasks]))
+    rows = [*cmp.tasks, cmp.overall] if len(cmp.tasks) > 1 else cmp.tasks
+    cells = []
+    for r in rows:
+        c = [esc(x) for x in _cells(r, overall=r is cmp.overall)]
+        c[7] = f'<span class="{verdict_class.get(r.verdict, "muted")}">{c[7]}</span>'
+        cells.append(c)
+    body.append(table(HEADER, cells, raw=True))
+    body.append("<h2>Runs</h2>")
+    body += [*_run_block("A", cmp.a), *_run_block("B", cmp.b)]
+    return page(f"rollbench compare: B {cmp.b.describe()} against A {cmp.a.describe()}", body)
+
+
+def _bool(flag: str) -> Callable[[str], bool]:
+    def parse(value: str) -> bool:
+        v = value.strip().lower()
+        if v in ("true", "1", "yes"):
+            return True
+        if v in ("false", "0", "no"):
+            return False
+        raise ConfigError(f"--{flag}={value!r} is not allowed; it must be true or false")
+
+    return parse
+
+
+def _alpha(value: str) -> float:
+    try:
+        alpha = float(value)
+    except ValueError:
+        alpha = -1.0
+    if not 0 < alpha < 1:
+        raise ConfigError(f"--alpha={value!r} is not allowed; it must be a number between 0 and 1, e.g. 0.05")
+    return alpha
+
+
+def _seed(flag: str) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(f"--{flag}={value!r} is not allowed; it must be a whole number (the --seed that run used)") from None
+
+    return parse
+
+
+def _html_out(value: str) -> Path:
+    path = Path(value)
+    if path.is_dir() or not path.parent.is_dir():
+        raise ConfigError(f"--html={value!r} is not allowed; it must be a file path in an existing directory")
+    return path
+
+
+PARSERS: dict[str, Callable[[str], Any]] = {
+    "html": _html_out, "fail-if-worse": _bool("fail-if-worse"), "fail_if_worse": _bool("fail_if_worse"),
+    "alpha": _alpha, "seed_a": _seed("seed_a"), "seed_b": _seed("seed_b"),
+}
+
+
+def compare_main(positional: list[str], flags: dict[str, Any]) -> int:
+    """`rollbench compare A B [flags]`: prints the comparison; 1 if --fail-if-worse and B is worse."""
+    opts: dict[str, Any] = {}
+    for key, value in flags.items():
+        if key not in PARSERS:
+            close = difflib.get_close_matches(key, list(PARSERS), n=1)
+            hint = f" Did you mean --{close[0]}?" if close else ""
+            raise ConfigError(f"unknown flag --{key} for rollbench compare.{hint} Flags: --html, --fail-if-worse, --alpha, --seed_a, --seed_b")
+        opts[key.replace("-", "_")] = PARSERS[key](str(value))
+    if len(positional) != 2:
+        raise ConfigError(f"rollbench compare takes two runs, A and B (got {len(positional)}); usage: rollbench compare A B")
+    a = load_run(positional[0], "rollbench compare A", opts.get("seed_a"))
+    b = load_run(positional[1], "rollbench compare B", opts.get("seed_b"))
+    try:
+        cmp = compare_runs(a, b, opts.get("alpha", 0.05))
+    except ValueError:
+        raise ConfigError(
+            f"rollbench compare: A={positional[0]!r} and B={positional[1]!r} share no task with episodes "
+            f"(A: {', '.join(t.name for t in a.tasks.values()) or 'none'}; B: {', '.join(t.name for t in b.tasks.values()) or 'none'})"
+        ) from None
+    print(text(cmp))
+    if "html" in opts:
+        write_atomic(opts["html"], html_page(cmp))
+        print(f"\ncomparison page: {opts['html']}")
+    return 1 if opts.get("fail_if_worse") and cmp.b_worse else 0

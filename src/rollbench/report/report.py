@@ -1,0 +1,229 @@
+"""`rollbench report DIR`: one self-contained page that shows what an evaluation did.
+
+    DIR/eval_info.json ─┐
+    DIR/**/episodes/*.jsonl (timings) ─┴─▶ summary, charts, videos, command ─▶ DIR/report.html
+
+Runs at the end of every eval, so it reads only what the run left and takes well under a
+second (MT10 × 10: measured in tests/test_report.py). Works on `lerobot-eval` output too:
+sections whose data that writer does not record say so instead of being drawn.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rollbench.errors import ConfigError
+from rollbench.report import plots
+from rollbench.report.html import cards, esc, page, src, table, write_atomic
+from rollbench.report.runs import Run, command_line, load_run
+from rollbench.results.summary import wilson
+
+REPORT = "report.html"
+VIDEOS_PER_TASK = 4
+
+REPORT_HELP = f"""usage: rollbench report DIR [--output=PATH] [--videos_per_task=N]
+
+Write DIR/{REPORT}: one self-contained page (inline charts and style, no script, nothing
+fetched from the network) with the run's summary (overall success and its 95% Wilson
+interval, failed units, wall time, throughput), per-task success with intervals, episode
+lengths of successes and failures, throughput and busy workers over time, the videos of
+each task's first episodes (failures first; the files stay in DIR/videos/), the command
+and the package versions. DIR is a rollbench (or lerobot-eval) output directory.
+
+  --output=PATH          where to write the page (default DIR/{REPORT})
+  --videos_per_task=N    videos shown per task (default {VIDEOS_PER_TASK}; 0: none)"""
+
+
+def _pct(k: int, n: int) -> str:
+    return f"{100 * k / n:.1f}%" if n else "-"
+
+
+def _ci(k: int, n: int) -> str:
+    ci = wilson(k, n)
+    return "-" if ci is None else f"{100 * ci[0]:.1f}–{100 * ci[1]:.1f}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def _summary(run: Run) -> Iterator[str]:
+    info, tasks = run.info, list(run.tasks.values())
+    k, n = sum(t.k for t in tasks), sum(t.n for t in tasks)
+    overall = info.get("overall") or {}
+    failed = sum(t.n_failed for t in tasks)
+    steps = [e.n_steps for t in tasks for e in t.episodes if e.n_steps is not None]
+    wall = overall.get("eval_s")
+    wall = float(wall) if isinstance(wall, (int, float)) and wall == wall and wall > 0 else None  # NaN != NaN
+    cfg = run.config or {}
+    yield f"<h1>{esc(run.describe())}</h1>"
+    status = info.get("status", "unknown")
+    schema = f" · schema {esc(info['schema_version'])}" if "schema_version" in info else ""
+    yield f'<p class="muted">{esc(run.root)} · written by {esc(run.producer)} · status {esc(status)}{schema}</p>'
+    if status == "partial" or info.get("missing_units"):
+        missing = len(info.get("missing_units") or [])
+        yield f'<p class="warn">partial results: {missing} planned units missing, {failed} failed; rerun the same command to finish them.</p>'
+    items = [
+        (_pct(k, n), f"success, 95% CI {_ci(k, n)} ({k}/{n})"),
+        (str(n), f"episodes over {len(tasks)} task{'s' * (len(tasks) != 1)}"),
+        (str(failed), "failed units (crashes, not counted in success)"),
+    ]
+    if wall:
+        items.append((_duration(wall), "wall time"))
+        rate = f"{(n + failed) / wall:.2f} episodes/s"
+        items.append((rate, f"{sum(steps) / wall:,.0f} env steps/s" if steps else "throughput"))
+    policy, env = cfg.get("policy") or {}, cfg.get("env") or {}
+    if policy:
+        items.append((str(policy.get("type")), f"policy {policy.get('path') or ''}".strip()))
+    if env:
+        items.append((str(env.get("type")), f"benchmark, task {env.get('task')}"))
+    yield cards(items)
+
+
+def _tasks(run: Run) -> Iterator[str]:
+    tasks = list(run.tasks.values())
+    yield "<h2>Success per task</h2>"
+    if any(t.n for t in tasks):
+        yield plots.success_bars([plots.Bar(t.name, t.k, t.n) for t in tasks])
+    rows = []
+    for t in sorted(tasks, key=lambda t: (t.k / t.n if t.n else -1, t.name)):
+        steps = [e.n_steps for e in t.episodes if e.n_steps is not None]
+        mean = f"{sum(steps) / len(steps):.1f}" if steps else "-"
+        rows.append((t.name, t.n, _pct(t.k, t.n), _ci(t.k, t.n), mean, t.n_failed))
+    yield table(("task", "episodes", "success", "95% CI", "mean length", "failed"), rows)
+
+
+def _lengths(run: Run) -> Iterator[str]:
+    yield "<h2>Episode lengths</h2>"
+    finished = [e for t in run.tasks.values() for e in t.episodes]
+    eps = [e for e in finished if e.n_steps is not None]
+    if not eps:
+        why = "no episode finished" if not finished else f"{esc(run.path.name)} records no step counts"
+        yield f'<p class="muted">{why}.</p>'
+        return
+    yield plots.length_histogram([e.n_steps or 0 for e in eps if e.success], [e.n_steps or 0 for e in eps if not e.success])
+
+
+def _throughput(run: Run) -> Iterator[str]:
+    from rollbench.results.log import read_records
+
+    yield "<h2>Throughput over time</h2>"
+    spans = [
+        plots.Span(r.finished_at - r.wall_s, r.finished_at, f"{r.writer}/{r.worker}")
+        for r in read_records(run.root, recursive=True)
+        if r.finished_at > 0
+    ]
+    if not spans:
+        yield f'<p class="muted">no episode log with timings under {esc(run.root)} (episodes/*.jsonl).</p>'
+        return
+    writers = len({s.worker.split("/", 1)[0] for s in spans})
+    yield plots.throughput(spans)
+    yield (f'<p class="muted">{len(spans)} logged episodes from {writers} process{"es" * (writers != 1)}; '
+           "a worker counts as busy while any of its slots runs an episode; gaps are pauses between resumed runs.</p>")
+
+
+def _videos(run: Run, out_dir: Path, per_task: int) -> Iterator[str]:
+    yield "<h2>Videos</h2>"
+    figures = []
+    # the worst tasks first, and failures first within a task: what went wrong is what one looks for
+    for t in sorted(run.tasks.values(), key=lambda t: (t.k / t.n if t.n else 0, t.name)):
+        filmed = sorted((e for e in t.episodes if e.video), key=lambda e: (e.success, e.index))[:per_task]
+        for e in filmed:
+            rel = Path(os.path.relpath(run.root / (e.video or ""), out_dir)).as_posix()
+            outcome = '<span class="ok">success</span>' if e.success else '<span class="bad">failure</span>'
+            detail = " · ".join(x for x in (f"episode {e.index}", f"seed {e.seed}" if e.seed is not None else "",
+                                            f"{e.n_steps} steps" if e.n_steps is not None else "") if x)
+            figures.append(f'<figure><video controls muted preload="metadata" src="{src(rel)}"></video>'
+                           f"<figcaption><b>{esc(t.name)}</b> {outcome}<br>{esc(detail)}</figcaption></figure>")
+    if figures:
+        yield f'<p class="muted">The first filmed episodes of every task, worst task first, failures first.</p><div class="videos">{"".join(figures)}</div>'
+    else:
+        why = "none shown (--videos_per_task=0)" if per_task == 0 else "this run recorded none (--eval.max_episodes_rendered=0?)"
+        yield f'<p class="muted">No videos: {why}.</p>'
+
+
+def _failed(run: Run) -> Iterator[str]:
+    rows = []
+    for t in run.info.get("per_task", []):
+        for f in t.get("failed") or []:
+            first = (f.get("error") or "unknown error").strip().splitlines()
+            rows.append((t.get("task") or f"{t['task_group']}/{t['task_id']}", f.get("episode_index"), f.get("seed"), first[-1] if first else ""))
+    if rows:
+        yield "<h2>Failed units</h2>"
+        yield '<p class="muted">Infrastructure failures (a crashed or hung worker, after retries); the full tracebacks are in eval_info.json.</p>'
+        yield table(("task", "episode", "seed", "error (last line)"), rows)
+
+
+def _reproduce(run: Run) -> Iterator[str]:
+    yield "<h2>Reproduce</h2>"
+    cmd = command_line(run.info)
+    if cmd is None:
+        yield f'<p class="muted">{esc(run.path.name)} records neither the command nor the config.</p>'
+    else:
+        text, exact = cmd
+        note = "the command as it was run" if exact else "rebuilt from the recorded config (every flag; the original command line was not recorded)"
+        yield f'<p class="muted">{note}:</p><pre>{esc(text)}</pre>'
+    if run.versions:
+        yield table(("package", "version"), sorted(run.versions.items()))
+    if run.config:
+        yield f"<details><summary>config</summary><pre>{esc(json.dumps(run.config, indent=2))}</pre></details>"
+
+
+def _videos_flag(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ConfigError(f"--videos_per_task={value!r} is not allowed; it must be a whole number >= 0")
+    return n
+
+
+def render(run: Run, out: Path, videos_per_task: int = VIDEOS_PER_TASK) -> str:
+    """The page's HTML for `run`, with video paths relative to `out`'s directory."""
+    body = [
+        *_summary(run), *_tasks(run), *_lengths(run), *_throughput(run),
+        *_videos(run, out.parent, videos_per_task), *_failed(run), *_reproduce(run),
+    ]
+    return page(f"rollbench report: {run.describe()}", body)
+
+
+def write_report(output_dir: str | Path, out: str | Path | None = None, videos_per_task: int = VIDEOS_PER_TASK) -> Path:
+    """Write the report of the run in `output_dir` (default `output_dir/report.html`); its path."""
+    run = load_run(str(output_dir), "rollbench report DIR")
+    path = Path(out) if out is not None else run.root / REPORT
+    write_atomic(path, render(run, path.resolve(), videos_per_task))
+    return path
+
+
+def _check_out(value: str) -> Path:
+    path = Path(value)
+    if path.is_dir() or not path.parent.is_dir():
+        raise ConfigError(f"--output={value!r} is not allowed; it must be a file path in an existing directory")
+    return path
+
+
+def report_main(positional: list[str], flags: dict[str, Any]) -> int:
+    """`rollbench report DIR [--output=PATH] [--videos_per_task=N]`: prints the page's path."""
+    known = {"output": _check_out, "videos_per_task": _videos_flag}
+    for key in flags:
+        if key not in known:
+            close = difflib.get_close_matches(key, list(known), n=1)
+            hint = f" Did you mean --{close[0]}?" if close else ""
+            raise ConfigError(f"unknown flag --{key} for rollbench report.{hint} Flags: --output, --videos_per_task")
+    if len(positional) != 1:
+        got = f"got {len(positional)}: {' '.join(positional)}" if positional else "got none"
+        raise ConfigError(f"rollbench report takes one directory, DIR ({got}); usage: rollbench report DIR")
+    if not Path(positional[0]).is_dir():
+        raise ConfigError(f"rollbench report DIR={positional[0]!r} is not a directory; give a run's --output_dir")
+    out = _check_out(str(flags["output"])) if "output" in flags else None
+    per_task = _videos_flag(str(flags["videos_per_task"])) if "videos_per_task" in flags else VIDEOS_PER_TASK
+    print(write_report(positional[0], out, per_task))
+    return 0

@@ -1,0 +1,129 @@
+"""The run's lifecycle and the settings it decides once: what eval_info.json says ran is
+what ran, a user's MUJOCO_GL wins in every way of running, `--eval.batch_size` keeps
+lerobot-eval's meaning, and eval_info.json carries its schema version."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import load_info, per_episode, run_subprocess
+
+FAKE = ("eval", "--env.type=fake", "--eval.n_episodes=7")
+
+
+def records(path: Path) -> list[tuple[int, str, int]]:
+    out = []
+    for line in path.read_text().splitlines():
+        pid, gl, rows = line.split()
+        out.append((int(pid), gl, int(rows)))
+    return out
+
+
+def test_a_users_mujoco_gl_wins_in_every_shard_and_worker(tmp_path: Path) -> None:
+    """osmesa is not what `auto` picks here (no libOSMesa: it picks egl), so every process
+    seeing osmesa means the user's value was carried, not re-decided."""
+    rec = tmp_path / "calls.txt"
+    res = run_subprocess(
+        *FAKE, "--policy.type=module", "--policy.path=helpers_policies:cheap_recording", "--policy.placement=worker",
+        "--eval.num_shards=2", "--launch=local", "--workers=1", f"--output_dir={tmp_path / 'out'}",
+        MUJOCO_GL="osmesa", ROLLBENCH_TEST_RECORD=str(rec),
+    )
+    assert res.rc == 0, res.err
+    seen = records(rec)
+    stepping = {pid for pid, _, rows in seen if rows > 0}
+    assert len(stepping) == 2  # one worker in each of the two shards ran the episodes
+    assert {gl for _, gl, _ in seen} == {"osmesa"}, seen
+    assert load_info(tmp_path / "out")["launch"]["mujoco_gl"] == "osmesa"
+
+
+def test_a_users_mujoco_gl_wins_in_one_process(tmp_path: Path) -> None:
+    rec = tmp_path / "calls.txt"
+    res = run_subprocess(
+        *FAKE, "--policy.type=module", "--policy.path=helpers_policies:recording", "--policy.placement=driver",
+        "--workers=2", f"--output_dir={tmp_path / 'out'}", MUJOCO_GL="osmesa", ROLLBENCH_TEST_RECORD=str(rec),
+    )
+    assert res.rc == 0, res.err
+    assert {gl for _, gl, _ in records(rec)} == {"osmesa"}
+    assert load_info(tmp_path / "out")["scheduling"]["gl_backend"] == "osmesa"
+
+
+@pytest.mark.parametrize(("workers", "slots", "started"), [(4, 1, 1), (3, 2, 1), (2, 1, 1), (1, 1, 1)])
+def test_scheduling_workers_is_the_number_of_workers_started(tmp_path: Path, workers: int, slots: int,
+                                                             started: int) -> None:
+    """One task of one episode keeps one worker busy: the pool starts one, and says so."""
+    res = run_subprocess(
+        "eval", "--env.type=fake", "--env.task=near", "--eval.n_episodes=1", "--policy.type=expert",
+        f"--workers={workers}", f"--slots_per_worker={slots}", f"--output_dir={tmp_path}",
+    )
+    assert res.rc == 0, res.err
+    info = load_info(tmp_path)
+    assert info["scheduling"]["workers"] == started
+    assert len(list((tmp_path / "logs").glob("worker-*.log"))) == started
+
+
+def test_scheduling_workers_counts_every_worker_when_the_units_need_them(tmp_path: Path) -> None:
+    res = run_subprocess(*FAKE, "--policy.type=expert", "--workers=2", "--slots_per_worker=1", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    assert load_info(tmp_path)["scheduling"]["workers"] == 2
+    assert len(list((tmp_path / "logs").glob("worker-*.log"))) == 2
+
+
+def test_batch_size_is_envs_per_lockstep_batch(tmp_path: Path) -> None:
+    """lerobot-eval's meaning: 7 episodes at --eval.batch_size=3 are batches of 3, 3 and 3
+    (the last padded with copies), one call per step with one row per env."""
+    rec = tmp_path / "calls.txt"
+    res = run_subprocess(
+        *FAKE, "--env.task=near", "--policy.type=module", "--policy.path=helpers_policies:recording_lockstep",
+        "--eval.batch_size=3", f"--output_dir={tmp_path / 'b3'}", ROLLBENCH_TEST_RECORD=str(rec),
+    )
+    assert res.rc == 0, res.err
+    info = load_info(tmp_path / "b3")
+    assert info["mode"] == "lockstep"
+    assert info["scheduling"]["envs_per_batch"] == 3 and info["scheduling"]["workers"] == 0
+    rows = Counter(r for _, _, r in records(rec) if r > 0)
+    assert set(rows) == {3}
+    # the same episodes at another batch size: the results do not depend on it
+    rec.unlink()
+    res = run_subprocess(
+        *FAKE, "--env.task=near", "--policy.type=module", "--policy.path=helpers_policies:recording_lockstep",
+        "--eval.batch_size=7", f"--output_dir={tmp_path / 'b7'}", ROLLBENCH_TEST_RECORD=str(rec),
+    )
+    assert res.rc == 0, res.err
+    assert set(Counter(r for _, _, r in records(rec) if r > 0)) == {7}
+    assert per_episode(tmp_path / "b3") == per_episode(tmp_path / "b7")
+
+
+def test_batch_size_in_continuous_mode_says_what_it_means(tmp_path: Path) -> None:
+    res = run_subprocess(*FAKE, "--policy.type=expert", "--eval.batch_size=4", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    assert "--eval.batch_size=4 sets the envs of a lockstep batch" in res.err
+    assert "--policy.max_batch_size" in res.err
+
+
+def test_max_batch_size_smaller_than_a_lockstep_batch_is_refused(tmp_path: Path) -> None:
+    res = run_subprocess(*FAKE, "--policy.type=expert", "--eval.mode=lockstep", "--eval.batch_size=4",
+                         "--policy.max_batch_size=2", f"--output_dir={tmp_path}")
+    assert res.rc == 2
+    (line,) = res.err.strip().splitlines()
+    assert "--policy.max_batch_size=2" in line and "--eval.batch_size" in line
+
+
+def test_eval_info_has_a_schema_version_and_the_command(tmp_path: Path) -> None:
+    res = run_subprocess(*FAKE, "--policy.type=expert", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    info = load_info(tmp_path)
+    assert info["schema_version"] == 1
+    assert info["command"][:2] == ["rollbench", "eval"] and f"--output_dir={tmp_path}" in info["command"]
+    for key in ("per_task", "per_group", "overall", "status", "config", "versions", "scheduling"):
+        assert key in info
+
+
+def test_a_worker_that_dies_before_any_episode_stops_the_run_instead_of_looping(tmp_path: Path) -> None:
+    res = run_subprocess(*FAKE, "--policy.type=module", "--policy.path=helpers_policies:dies_in_workers",
+                         "--policy.placement=worker", "--workers=1", f"--output_dir={tmp_path}", timeout=120)
+    assert res.rc == 1, res.err
+    assert "times in a row before running any episode" in res.err and "exited with code 3" in res.err
+    assert len((tmp_path / "logs" / "worker-0.log").read_text().split("starting at")) - 1 == 4
