@@ -235,7 +235,9 @@ def main() -> None:
     ap.add_argument("--render-quality", default=None, help="metaworld: default|fast")
     args = ap.parse_args()
 
+    # no report.html: the ceiling writes none either (the page's own cost is in docs/architecture.md)
     flags = {**WORKLOADS[args.workload], "eval.n_episodes": str(args.episodes), "eval.max_episodes_rendered": "0",
+             "eval.report": "false",
              "render_device": args.render_device}
     if args.episode_length:
         flags["env.episode_length"] = str(args.episode_length)

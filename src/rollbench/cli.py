@@ -1,4 +1,4 @@
-"""The `rollbench` command: eval, merge, list.
+"""The `rollbench` command: eval, tune, merge, report, compare, list.
 
 Flags are `--group.field=value` (or `--group.field value`), as in `lerobot-eval`;
 `--env.type` picks the benchmark whose fields the other `--env.*` flags set. Errors print
@@ -231,7 +231,7 @@ LIST_HELP = "usage: rollbench list\n\nShow the registered benchmarks, their task
 
 def main_help() -> str:
     lines = [f"rollbench {__version__}: evaluate robot-learning policies in simulation", "", "usage: rollbench COMMAND [flags]", ""]
-    lines += [f"  {name:<6} {text}" for name, text in COMMANDS.items()]
+    lines += [f"  {name:<7} {text}" for name, text in COMMANDS.items()]
     lines += ["", "`rollbench COMMAND --help` documents every flag of COMMAND.", "", "exit codes: 0 done, 1 run failed, 2 bad usage or config, 130 interrupted"]
     return "\n".join(lines)
 
@@ -403,6 +403,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rollbench: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `rollbench ... | head`: the reader left; nothing to say to it
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (the interpreter's final flush must not fail)
+        return 141
     except Exception as err:
         if debug:
             raise

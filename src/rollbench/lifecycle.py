@@ -128,7 +128,8 @@ def run_eval(
     finally:
         executor.close()
     failed = sum(1 for u in run.units if u.key in merged.records and not merged.records[u.key].ok)
-    return RunOutcome(run.output_dir, info, ran, failed, executor.describe(), problems, write_report(run.output_dir))
+    page = write_report(run.output_dir) if cfg.eval.report else None
+    return RunOutcome(run.output_dir, info, ran, failed, executor.describe(), problems, page)
 
 
 def _drive(run: Run, executor: Executor, progress_stream: Any) -> int:

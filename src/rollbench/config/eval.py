@@ -30,6 +30,7 @@ class EvalConfig:
     max_episodes_rendered: int = opt(
         10, "videos of the first K episodes of every task (videos/<group>_<task_id>/episode_<i>.mp4); 0: no rendering"
     )
+    report: bool = opt(True, "write report.html at the end (charts, videos; ~0.5 s, most of it importing matplotlib)")
     shard_id: int = opt(0, "which shard of the plan this process runs (0-based)")
     num_shards: int = opt(1, "how many shards the plan is split into")
     max_retries: int = opt(2, "times a unit is retried after its worker crashed or hung")
