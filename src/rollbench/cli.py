@@ -25,7 +25,7 @@ from rollbench.config.fields import build, field_help
 from rollbench.config.policy import PolicyConfig
 from rollbench.config.run import RunConfig
 from rollbench.config.tune import TuneConfig
-from rollbench.errors import ConfigError, RollbenchError
+from rollbench.errors import ConfigError, RollbenchError, did_you_mean
 from rollbench.policies.base import POLICIES
 
 if TYPE_CHECKING:
@@ -102,11 +102,8 @@ def policy_from_flags(policy_flags: dict[str, str]) -> PolicyConfig:
         except ConfigError as err:
             raise ConfigError(f"--policy.type={ptype!r}: {err}") from None
         if options and not getattr(factory, "accepts_options", False):
-            import difflib
-
             key = next(iter(options))
-            close = difflib.get_close_matches(key, sorted(known), n=1)
-            hint = f" Did you mean --policy.{close[0]}?" if close else ""
+            hint = did_you_mean(key, sorted(known), "--policy.{}".format)
             raise ConfigError(f"unknown flag --policy.{key} for --policy.type={ptype}.{hint}")
     return build(PolicyConfig, base, "policy.", options=options)
 
@@ -366,11 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         command, rest = argv[0], argv[1:]
         if command not in COMMANDS:
-            import difflib
-
-            close = difflib.get_close_matches(command, list(COMMANDS), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"unknown command {command!r}.{hint} Commands: {', '.join(COMMANDS)}")
+            raise ConfigError(f"unknown command {command!r}.{did_you_mean(command, COMMANDS)} Commands: {', '.join(COMMANDS)}")
         load_plugins()
         if "-h" in rest or "--help" in rest:
             from rollbench.report import COMPARE_HELP, REPORT_HELP

@@ -6,6 +6,8 @@ to an exit code: usage and configuration problems exit 2, failures during a run 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 
 class RollbenchError(Exception):
     """Base of every error rollbench raises for the user to read."""
@@ -44,10 +46,14 @@ class RunInterrupted(RollbenchError):
     exit_code = 130
 
 
-def unknown_choice(flag: str, value: str, known: list[str] | tuple[str, ...], what: str) -> ConfigError:
-    """`--flag='value' is not <what>. Did you mean 'x'? Known: ...` as a ConfigError to raise."""
+def did_you_mean(word: str, choices: Iterable[str], show: Callable[[str], str] = repr) -> str:
+    """` Did you mean <closest>?` (shown by `show`), or "" when nothing is close."""
     import difflib
 
-    close = difflib.get_close_matches(value, list(known), n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    return ConfigError(f"{flag}={value!r} is not {what}.{hint} Known: {', '.join(known)}")
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" Did you mean {show(close[0])}?" if close else ""
+
+
+def unknown_choice(flag: str, value: str, known: list[str] | tuple[str, ...], what: str) -> ConfigError:
+    """`--flag='value' is not <what>. Did you mean 'x'? Known: ...` as a ConfigError to raise."""
+    return ConfigError(f"{flag}={value!r} is not {what}.{did_you_mean(value, known)} Known: {', '.join(known)}")

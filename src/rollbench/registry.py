@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Generic, TypeVar
 
-from rollbench.errors import ConfigError, UnknownNameError
+from rollbench.errors import ConfigError, UnknownNameError, did_you_mean
 
 T = TypeVar("T")
 
@@ -69,8 +68,7 @@ class Registry(Generic[T]):
             if name in self._entries:
                 return self._entries[name]
         known = self.names()
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(name, known)
         raise UnknownNameError(
             f"no {self.kind} named {name!r}.{hint} Known: {', '.join(known)}."
         ) from None

@@ -8,14 +8,13 @@ annotated type and raises a `ConfigError` naming the flag for anything it cannot
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import enum
 import types
 import typing
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
-from rollbench.errors import ConfigError
+from rollbench.errors import ConfigError, did_you_mean
 
 T = TypeVar("T")
 
@@ -123,8 +122,7 @@ def build(cls: type[T], values: Mapping[str, str], prefix: str, **fixed: Any) ->
     for key, raw in values.items():
         flag = f"--{prefix}{key}"
         if key not in fields:
-            close = difflib.get_close_matches(key, list(fields), n=1)
-            hint = f" Did you mean --{prefix}{close[0]}?" if close else ""
+            hint = did_you_mean(key, fields, f"--{prefix}{{}}".format)
             raise ConfigError(f"unknown flag {flag}.{hint} See `rollbench eval --help`.")
         kwargs[key] = coerce(flag, raw, hints[key])
     return cls(**kwargs)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import hashlib
 import json
 import logging
@@ -29,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from rollbench.errors import ConfigError
+from rollbench.errors import ConfigError, did_you_mean
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext
 
 log = logging.getLogger(__name__)
@@ -106,8 +105,7 @@ def load_config(ckpt: Path, options: Mapping[str, str], device: str, use_amp: bo
         )
     for key in options:
         if key.split(".")[0] not in fields:
-            close = difflib.get_close_matches(key, sorted(fields), n=1)
-            hint = f" Did you mean --policy.{close[0]}?" if close else ""
+            hint = did_you_mean(key, sorted(fields), "--policy.{}".format)
             raise ConfigError(f"unknown flag --policy.{key} for a LeRobot {ptype!r} checkpoint.{hint}")
     overrides = [f"--{k}={v}" for k, v in options.items()]
     overrides += [f"--device={device}", f"--use_amp={str(use_amp).lower()}"]

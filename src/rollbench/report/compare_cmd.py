@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rollbench.errors import ConfigError
+from rollbench.errors import ConfigError, did_you_mean
 from rollbench.report import plots, stats
 from rollbench.report.compare import Comparison, Rate, Row, compare_runs
 from rollbench.report.html import esc, page, table, write_atomic
@@ -146,8 +145,7 @@ def compare_main(positional: list[str], flags: dict[str, Any]) -> int:
     opts: dict[str, Any] = {}
     for key, value in flags.items():
         if key not in PARSERS:
-            close = difflib.get_close_matches(key, list(PARSERS), n=1)
-            hint = f" Did you mean --{close[0]}?" if close else ""
+            hint = did_you_mean(key, PARSERS, "--{}".format)
             raise ConfigError(f"unknown flag --{key} for rollbench compare.{hint} Flags: --html, --fail-if-worse, --alpha, --seed_a, --seed_b")
         opts[key.replace("-", "_")] = PARSERS[key](str(value))
     if len(positional) != 2:

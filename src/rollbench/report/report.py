@@ -10,14 +10,13 @@ sections whose data that writer does not record say so instead of being drawn.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rollbench.errors import ConfigError
+from rollbench.errors import ConfigError, did_you_mean
 from rollbench.report import plots
 from rollbench.report.html import cards, esc, page, src, table, write_atomic
 from rollbench.report.runs import Run, command_line, load_run
@@ -215,8 +214,7 @@ def report_main(positional: list[str], flags: dict[str, Any]) -> int:
     known = {"output": _check_out, "videos_per_task": _videos_flag}
     for key in flags:
         if key not in known:
-            close = difflib.get_close_matches(key, list(known), n=1)
-            hint = f" Did you mean --{close[0]}?" if close else ""
+            hint = did_you_mean(key, known, "--{}".format)
             raise ConfigError(f"unknown flag --{key} for rollbench report.{hint} Flags: --output, --videos_per_task")
     if len(positional) != 1:
         got = f"got {len(positional)}: {' '.join(positional)}" if positional else "got none"
