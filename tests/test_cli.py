@@ -187,6 +187,14 @@ def test_missing_policy_type(cli, tmp_path):
     assert_one_line_error(cli(*FAKE, f"--output_dir={tmp_path}"), "--policy.type is required")
 
 
+def test_a_policy_path_without_a_type_is_a_lerobot_checkpoint(cli, tmp_path):
+    """As in lerobot-eval; a path that is no checkpoint says so, a module path names its type."""
+    res = cli(*FAKE, f"--policy.path={tmp_path / 'nope'}", f"--output_dir={tmp_path / 'o'}")
+    assert_one_line_error(res, f"--policy.path={tmp_path / 'nope'}", "LeRobot checkpoint directory")
+    res = cli(*FAKE, "--policy.path=helpers_policies:zeros", f"--output_dir={tmp_path / 'o'}")
+    assert_one_line_error(res, "--policy.path=helpers_policies:zeros", "--policy.type=module")
+
+
 @pytest.mark.parametrize(
     "flag, needles",
     [

@@ -254,3 +254,16 @@ def test_a_sampling_policy_repeats_its_episodes(tmp_path: Path) -> None:
         assert load_info(tmp_path / name)["mode"] == "lockstep"
         runs.append(per_episode(tmp_path / name))
     assert len(runs[0]) == EPISODES and runs[0] == runs[1]
+
+
+def test_a_lerobot_eval_command_line_needs_no_policy_type(cli, act_ckpt: Path, tmp_path: Path) -> None:
+    """`lerobot-eval --policy.path=CKPT ...` with `rollbench` in front: the path implies a
+    LeRobot checkpoint, with the same episodes as --policy.type=lerobot."""
+    typed = cli(*rollbench_args(act_ckpt, tmp_path / "typed", "--eval.mode=lockstep", "--eval.batch_size=2"))
+    assert typed.rc == 0, typed.err[-2000:]
+    args = [a for a in rollbench_args(act_ckpt, tmp_path / "bare", "--eval.mode=lockstep", "--eval.batch_size=2")
+            if a != "--policy.type=lerobot"]
+    bare = cli(*args)
+    assert bare.rc == 0, bare.err[-2000:]
+    assert load_info(tmp_path / "bare")["config"]["policy"]["type"] == "lerobot"
+    assert per_episode(tmp_path / "bare") == per_episode(tmp_path / "typed")

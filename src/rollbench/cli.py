@@ -95,6 +95,14 @@ def policy_from_flags(policy_flags: dict[str, str]) -> PolicyConfig:
     known = {f.name for f in dataclasses.fields(PolicyConfig)} - {"options"}
     options = {k: v for k, v in policy_flags.items() if k not in known}
     base = {k: v for k, v in policy_flags.items() if k in known}
+    if not base.get("type") and base.get("path"):
+        # lerobot-eval's command line: --policy.path names a checkpoint and implies its kind
+        if ":" in base["path"] and not os.path.isdir(base["path"]):
+            raise ConfigError(
+                f"--policy.path={base['path']} looks like a module policy (pkg.mod:factory); "
+                f"add --policy.type=module (a LeRobot checkpoint directory needs no --policy.type)"
+            )
+        base["type"] = "lerobot"
     ptype = base.get("type", "")
     if ptype:
         try:

@@ -215,6 +215,8 @@ class LocalShardsExecutor(Executor):
         self.shards: list[Shard] = []
         self.gpus: list[Gpu | None] = []
         self.gl = ""
+        self.tuned: list[str] = []  # --workers=auto: the flags every child gets
+        self.logtail: LogTail | None = None
 
     def share(self, cfg: RunConfig, plan: list[EpisodeUnit]) -> list[EpisodeUnit]:
         return plan  # every shard, one child each
@@ -240,6 +242,8 @@ class LocalShardsExecutor(Executor):
 
     def execute(self, run: Run) -> Iterator[EpisodeRecord]:
         cfg = run.cfg
+        assert self.logtail is not None
+        logtail = self.logtail
         seen = set(run.done_before)
         planned = {u.key for u in run.plan}
 
@@ -268,10 +272,10 @@ class LocalShardsExecutor(Executor):
         )
         while any(s.proc.poll() is None for s in self.shards):
             time.sleep(POLL_S)
-            yield from new(self.logtail.new_records())
+            yield from new(logtail.new_records())
         for s in self.shards:
             s.rc = s.proc.returncode
-        yield from new(self.logtail.new_records())
+        yield from new(logtail.new_records())
 
     def stop(self) -> None:
         stop(self.shards)
