@@ -138,3 +138,55 @@ def test_a_killed_driver_resumes_on_rerun(tmp_path: Path, local_fake: dict) -> N
     recs = read_records(tmp_path)
     assert len(recs) == 15 and len({r.key for r in recs}) == 15  # nothing twice
     assert per_episode(tmp_path) == local_fake
+
+
+def _actor_pids() -> list[int]:
+    """Processes whose title Ray set to one of our actors (`ray::RolloutActor...`)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if b"ray::RolloutActor" in fh.read():
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+def test_an_actor_killed_mid_run_is_replaced_and_the_results_do_not_change(cli, cluster, tmp_path: Path,
+                                                                           local_fake: dict) -> None:
+    import threading
+
+    killed: list[int] = []
+
+    def kill_one() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            pids = _actor_pids()
+            if pids and len(read_records(tmp_path)) >= 2:
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(pids[0])
+                return
+            time.sleep(0.05)
+
+    t = threading.Thread(target=kill_one)
+    t.start()
+    res = cli(*FAKE, "--env.step_sleep_s=0.02", "--executor=ray", "--ray.units_per_call=2", f"--output_dir={tmp_path}")
+    t.join()
+    assert killed, "no actor was found to kill"
+    assert res.rc == 0, res.err
+    assert per_episode(tmp_path) == local_fake
+    counts = load_info(tmp_path)["scheduling"]["counts"]
+    assert counts["actor_deaths"] == 1 and counts["actors_started"] == 3 and counts["requeued_units"] >= 1
+
+
+@pytest.mark.metaworld
+def test_ray_equals_local_on_metaworld_pixels(cli, cluster, tmp_path: Path) -> None:
+    base = ("eval", "--env.type=metaworld", "--env.task=reach-v3", "--env.obs_type=pixels_agent_pos",
+            "--env.observation_width=32", "--env.observation_height=32", "--env.episode_length=15",
+            "--policy.type=random", "--eval.n_episodes=2")
+    assert cli(*base, f"--output_dir={tmp_path / 'local'}").rc == 0
+    res = cli(*base, "--executor=ray", f"--output_dir={tmp_path / 'ray'}")
+    assert res.rc == 0, res.err
+    assert per_episode(tmp_path / "local") == per_episode(tmp_path / "ray")
