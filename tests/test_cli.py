@@ -12,6 +12,7 @@ from rollbench import __version__
 from rollbench.config.env import BENCHMARKS
 from rollbench.config.eval import EvalConfig
 from rollbench.config.policy import PolicyConfig
+from rollbench.config.ray import RayConfig
 from rollbench.config.run import RunConfig
 from rollbench.config.tune import TuneConfig
 from rollbench.policies.base import POLICIES
@@ -77,10 +78,12 @@ def test_eval_help_documents_every_flag(cli):
     text = res.out
     for name in _init_fields(EvalConfig):
         assert f"--eval.{name}  (" in text, name
-    for name in _init_fields(RunConfig, {"env", "policy", "eval", "tune"}):
+    for name in _init_fields(RunConfig, {"env", "policy", "eval", "tune", "ray"}):
         assert f"--{name}  (" in text, name
     for name in _init_fields(TuneConfig):
         assert f"--tune.{name}  (" in text, name
+    for name in _init_fields(RayConfig):
+        assert f"--ray.{name}  (" in text, name
     for name in _init_fields(PolicyConfig, {"options"}):
         assert f"--policy.{name}  (" in text, name
     for policy in POLICIES.names():
@@ -95,7 +98,7 @@ def test_eval_help_documents_every_flag(cli):
 def test_eval_help_documents_every_flag_with_its_help_text(cli):
     text = cli("eval", "--help").out
     squashed = " ".join(text.split())
-    for cls in (EvalConfig, RunConfig, PolicyConfig):
+    for cls in (EvalConfig, RunConfig, PolicyConfig, RayConfig):
         for f in dataclasses.fields(cls):
             help_text = f.metadata.get("help")
             if help_text and f.name not in ("options", "type"):
