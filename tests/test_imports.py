@@ -17,13 +17,14 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "rollbench"
 #: lowest first; a unit may import its own modules and units of lower layers only
 LAYERS: list[set[str]] = [
     {"rollbench", "errors"},
-    {"registry"},
+    {"registry", "remote"},
     {"config"},
     {"plan", "benchmarks", "policies", "rendering"},
     {"results"},
     {"rollout", "progress", "report"},
     {"scheduler"},
     {"tune"},
+    {"serve"},
     {"executors"},
     {"lifecycle"},
     {"cli"},

@@ -127,3 +127,18 @@ def test_a_worker_that_dies_before_any_episode_stops_the_run_instead_of_looping(
     assert res.rc == 1, res.err
     assert "times in a row before running any episode" in res.err and "exited with code 3" in res.err
     assert len((tmp_path / "logs" / "worker-0.log").read_text().split("starting at")) - 1 == 4
+
+
+def test_a_policy_servers_key_is_never_written_and_transport_options_are_not_identity() -> None:
+    from rollbench.cli import config_from_flags
+
+    def cfg(**opts: str):
+        flags = {"env.type": "fake", "policy.type": "remote", "policy.url": "ws://127.0.0.1:9", "output_dir": "x"}
+        return config_from_flags({**flags, **{f"policy.{k}": v for k, v in opts.items()}})
+
+    a = cfg(api_key="s3cret", timeout_s="5")
+    assert "s3cret" not in str(a.to_dict()) and a.to_dict()["policy"]["options"]["api_key"] == "<redacted>"
+    assert "s3cret" not in str(a.identity())
+    assert a.identity() == cfg(timeout_s="60", connect_retries="9").identity()  # how to reach it, not which
+    other = config_from_flags({"env.type": "fake", "policy.type": "remote", "policy.url": "ws://127.0.0.1:10", "output_dir": "x"})
+    assert a.identity() != other.identity()  # another server may be another policy

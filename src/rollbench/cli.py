@@ -1,4 +1,4 @@
-"""The `rollbench` command: eval, tune, merge, report, compare, list.
+"""The `rollbench` command: eval, tune, merge, report, compare, serve, list.
 
 Flags are `--group.field=value` (or `--group.field value`), as in `lerobot-eval`;
 `--env.type` picks the benchmark whose fields the other `--env.*` flags set. Errors print
@@ -40,6 +40,7 @@ COMMANDS = {
     "merge": "rebuild eval_info.json from every episode log under a directory",
     "report": "write DIR/report.html: summary, per-task success with intervals, lengths, throughput, videos",
     "compare": "is run B better than run A? per-task and overall differences with exact tests and a verdict",
+    "serve": "serve a policy over a websocket to rollbench, openpi and vla-eval clients, batched across clients",
     "list": "show the registered benchmarks (tasks, groups) and policy types",
 }
 
@@ -384,9 +385,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         load_plugins()
         if "-h" in rest or "--help" in rest:
             from rollbench.report import COMPARE_HELP, REPORT_HELP
+            from rollbench.serve import serve_help
 
             helps = {"eval": eval_help, "tune": tune_help, "merge": lambda: MERGE_HELP, "list": lambda: LIST_HELP,
-                     "report": lambda: REPORT_HELP, "compare": lambda: COMPARE_HELP}
+                     "report": lambda: REPORT_HELP, "compare": lambda: COMPARE_HELP, "serve": serve_help}
             print(helps[command]())
             return 0
         flags, positional = parse_flags(rest)
@@ -398,6 +400,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_eval(flags, ["rollbench", *argv]) if command == "eval" else cmd_tune(flags)
         if command == "merge":
             return cmd_merge(positional, flags)
+        if command == "serve":
+            if positional:
+                raise ConfigError(f"unexpected argument {positional[0]!r}; flags look like --policy.type=expert")
+            from rollbench.serve import serve_main
+
+            return serve_main(flags)
         if command in ("report", "compare"):
             from rollbench.report import compare_main, report_main
 

@@ -14,6 +14,12 @@ from rollbench.config.ray import RayConfig
 from rollbench.config.tune import TuneConfig
 from rollbench.errors import ConfigError
 
+#: --policy.* options never written anywhere (a policy server's key)
+SECRET_OPTIONS = ("api_key",)
+#: --policy.* options that say how to reach a policy, not which one: not part of a run's
+#: identity, so a rerun with a longer timeout resumes (the server's address stays in it)
+TRANSPORT_OPTIONS = ("timeout_s", "connect_retries")
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -62,11 +68,21 @@ class RunConfig:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
+        """Everything that shaped the run (written to run.json and eval_info.json), secrets hidden."""
+        data = to_dict(self)
+        options = data["policy"].get("options") or {}
+        for key in SECRET_OPTIONS:
+            if key in options:
+                options[key] = "<redacted>"
+        return data
 
     def identity(self) -> dict[str, Any]:
         """What decides per-episode results: two runs with equal identities may share a log."""
         policy = to_dict(self.policy)
+        options = dict(policy.get("options") or {})
+        for key in (*SECRET_OPTIONS, *TRANSPORT_OPTIONS):
+            options.pop(key, None)
+        policy["options"] = options
         for key in ("placement", "max_batch_size"):  # where and how many per call, not what
             policy.pop(key, None)
         return {

@@ -73,6 +73,7 @@ for _name, _target in {
     "random": "rollbench.policies.random:RandomPolicy",
     "module": "rollbench.policies.module:load_module_policy",
     "lerobot": "rollbench.policies.lerobot:LeRobotPolicy",
+    "remote": "rollbench.policies.remote:RemotePolicy",
 }.items():
     POLICIES.add_lazy(_name, _target)
 
