@@ -1,7 +1,11 @@
-"""Episode videos: written in the background, readable, one frame per step plus the reset."""
+"""Episode videos: written in the background, readable; a frame after the reset, after every
+k-th step (k = the benchmark's fps // --eval.video_fps, at least 1) and after the last step,
+so an episode of n steps has 1 + ceil(n / k) frames (n + 1 when k = 1), played at fps / k."""
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -10,13 +14,19 @@ from conftest import load_info, per_episode
 
 av = pytest.importorskip("av")
 
+FAKE_FPS = 30  # the fake benchmark's (BenchmarkConfig.fps default)
 
-def decoded_frames(path: Path) -> int:
+
+def decoded(path: Path) -> tuple[int, tuple[int, int], Fraction]:
+    """(frames, (height, width), frames per second) of a video file."""
     with av.open(str(path)) as container:
-        return sum(1 for _ in container.decode(video=0))
+        stream = container.streams.video[0]
+        frames = [f for f in container.decode(video=0)]
+        return len(frames), (frames[0].height, frames[0].width), Fraction(stream.average_rate)
 
 
-def check_videos(out: Path, rendered: int, n_episodes: int) -> int:
+def check_videos(out: Path, rendered: int, n_episodes: int, every: int = 1, fps: int = FAKE_FPS,
+                 shape: tuple[int, int] | None = None) -> int:
     info = load_info(out)
     checked = 0
     for task in info["per_task"]:
@@ -25,7 +35,10 @@ def check_videos(out: Path, rendered: int, n_episodes: int) -> int:
         assert m["video_paths"] == want
         for rel in want:
             i = int(rel.rsplit("_", 1)[1].split(".")[0])
-            assert decoded_frames(out / rel) == m["n_steps"][m["episode_ix"].index(i)] + 1
+            n_frames, hw, rate = decoded(out / rel)
+            assert n_frames == 1 + math.ceil(m["n_steps"][m["episode_ix"].index(i)] / every)
+            assert rate == Fraction(fps, every)  # real time
+            assert shape is None or hw == shape
             checked += 1
     assert info["overall"]["video_paths"] == [p for t in info["per_task"] for p in t["metrics"]["video_paths"]]
     assert not list(out.glob("videos/**/.*.tmp.mp4"))  # no partial files left
@@ -42,11 +55,15 @@ def check_videos(out: Path, rendered: int, n_episodes: int) -> int:
     ],
     ids=["continuous-worker", "continuous-driver", "lockstep", "lockstep-async"],
 )
-def test_fake_videos_every_mode(cli, tmp_path: Path, mode: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("video_fps", "every"), [(None, 3), (FAKE_FPS, 1), (7, 4)], ids=["default-10fps", "every-step", "7fps"]
+)
+def test_fake_videos_every_mode(cli, tmp_path: Path, mode: list[str], video_fps: int | None, every: int) -> None:
+    fps_flag = [f"--eval.video_fps={video_fps}"] if video_fps is not None else []  # default 10: 30 fps // 10
     r = cli("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=3",
-            "--eval.max_episodes_rendered=2", *mode, f"--output_dir={tmp_path}")
+            "--eval.max_episodes_rendered=2", *fps_flag, *mode, f"--output_dir={tmp_path}")
     assert r.rc == 0, r.err
-    assert check_videos(tmp_path, 2, 3) == 6
+    assert check_videos(tmp_path, 2, 3, every=every) == 6
 
 
 def test_zero_renders_nothing(cli, tmp_path: Path) -> None:
@@ -65,13 +82,25 @@ def test_videos_do_not_change_results(cli, tmp_path: Path) -> None:
 
 
 @pytest.mark.metaworld
-@pytest.mark.parametrize("obs", ["state", "pixels_agent_pos"])
-def test_metaworld_videos(cli, tmp_path: Path, obs: str) -> None:
+@pytest.mark.parametrize(
+    ("obs", "shape", "mode"),
+    [
+        ("state", (96, 96), []),
+        ("pixels_agent_pos", (64, 64), []),
+        ("state", (96, 96), ["--eval.mode=lockstep", "--eval.batch_size=2", "--eval.use_async_envs=true"]),
+    ],
+    ids=["state", "pixels", "state-lockstep-async"],
+)
+def test_metaworld_videos(cli, tmp_path: Path, obs: str, shape: tuple[int, int], mode: list[str]) -> None:
+    """State observations: frames of their own at --eval.video_size (also from an async
+    lockstep batch's sub-processes); pixel observations: the observation's frames, at the
+    observation's size. MetaWorld runs at 80 fps: every 8th step is filmed."""
     r = cli("eval", "--env.type=metaworld", "--env.task=reach-v3", f"--env.obs_type={obs}",
-            "--env.observation_width=64", "--env.observation_height=64", "--env.episode_length=8",
-            "--policy.type=random", "--eval.n_episodes=2", "--eval.max_episodes_rendered=1", f"--output_dir={tmp_path}")
+            "--env.observation_width=64", "--env.observation_height=64", "--env.episode_length=17",
+            "--eval.video_size=96", "--policy.type=random", "--eval.n_episodes=2", "--eval.max_episodes_rendered=1",
+            *mode, f"--output_dir={tmp_path}")
     assert r.rc == 0, r.err
-    assert check_videos(tmp_path, 1, 2) == 1
+    assert check_videos(tmp_path, 1, 2, every=8, fps=80, shape=shape) == 1
 
 
 @pytest.mark.pusht
@@ -79,7 +108,8 @@ def test_pusht_videos(cli, tmp_path: Path) -> None:
     r = cli("eval", "--env.type=pusht", "--env.episode_length=10", "--policy.type=random", "--eval.n_episodes=2",
             "--eval.max_episodes_rendered=2", f"--output_dir={tmp_path}")
     assert r.rc == 0, r.err
-    assert check_videos(tmp_path, 2, 2) == 2
+    # PushT runs at 10 fps: every step is filmed, drawn at --env.visualization_width x _height
+    assert check_videos(tmp_path, 2, 2, every=1, fps=10, shape=(384, 384)) == 2
 
 
 def test_bad_value(cli, tmp_path: Path) -> None:

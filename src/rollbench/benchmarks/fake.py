@@ -118,6 +118,9 @@ class FakeConfig(BenchmarkConfig):
     def step_cost_ms(self) -> float:
         return 0.02
 
+    def video_frame_ms(self, size: int) -> float:
+        return 0.01  # a 32x32 numpy picture
+
     @property
     def features(self) -> dict[str, Feature]:
         return {

@@ -488,6 +488,9 @@ class LiberoConfig(BenchmarkConfig):
         # measured here: 5.7 steps/s with two 256x256 cameras (geometry-bound on Mesa)
         return 175.0
 
+    def video_frame_ms(self, size: int) -> float:
+        return 0.0  # videos reuse the first camera's observation frame (`render()`)
+
     @property
     def features_map(self) -> dict[str, str]:
         out = {f"pixels/{name}": f"observation.images.{name}" for name in self.camera_names}

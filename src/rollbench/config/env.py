@@ -191,6 +191,12 @@ class BenchmarkConfig:
         """Rough cost of one env step (with rendering) on one CPU core; sizes slots per worker."""
         return 1.0
 
+    def video_frame_ms(self, size: int) -> float:
+        """Rough cost of one video frame (its longer side `size`, `--eval.video_size`) on one
+        CPU core, rendering only (0 when videos reuse the observation's frames); for the
+        warning before a run whose videos would cost much of its time."""
+        return 1.0
+
     def effective_max_steps(self, task: str) -> int:
         return self.episode_length or self.max_episode_steps(task)
 

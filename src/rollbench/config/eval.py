@@ -28,7 +28,20 @@ class EvalConfig:
         1, "lockstep mode: tasks run at once (threads), each with a shallow policy copy (shared weights)"
     )
     max_episodes_rendered: int = opt(
-        10, "videos of the first K episodes of every task (videos/<group>_<task_id>/episode_<i>.mp4); 0: no rendering"
+        4,
+        "videos of the first K episodes of every task (videos/<group>_<task_id>/episode_<i>.mp4; lerobot-eval "
+        "films 10; report.html shows 4 per task); 0: no rendering",
+    )
+    video_size: int = opt(
+        256,
+        "video frames: pixels on the longer side, rendered for people without multisampling, shadows or "
+        "reflections, apart from what the policy sees (pixel observations are filmed as the policy sees them; "
+        "PushT draws at --env.visualization_width)",
+    )
+    video_fps: int = opt(
+        10,
+        "video frames per second of simulated time: every k-th step is filmed (k = the benchmark's fps // "
+        "video_fps, at least 1), and the last; videos play in real time. >= the benchmark's fps: every step",
     )
     report: bool = opt(True, "write report.html at the end (charts, videos; ~0.5 s, most of it importing matplotlib)")
     shard_id: int = opt(0, "which shard of the plan this process runs (0-based)")
@@ -52,6 +65,16 @@ class EvalConfig:
             raise ConfigError(f"--eval.max_parallel_tasks={self.max_parallel_tasks} is not allowed; it must be >= 1")
         if self.max_episodes_rendered < 0:
             raise ConfigError(f"--eval.max_episodes_rendered={self.max_episodes_rendered} is not allowed; it must be >= 0")
+        if not 16 <= self.video_size <= 4096:
+            raise ConfigError(
+                f"--eval.video_size={self.video_size} is not allowed; it must be 16..4096 "
+                f"(pixels on the longer side of a video frame)"
+            )
+        if self.video_fps < 1:
+            raise ConfigError(
+                f"--eval.video_fps={self.video_fps} is not allowed; it must be >= 1 (frames per second of "
+                f"simulated time); --eval.max_episodes_rendered=0 films nothing"
+            )
         if self.max_retries < 0:
             raise ConfigError(f"--eval.max_retries={self.max_retries} is not allowed; it must be >= 0")
         if not self.step_timeout_s > 0:

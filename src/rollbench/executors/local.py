@@ -21,6 +21,7 @@ from rollbench.rendering import apply_backend, choose_backend
 from rollbench.results.eval_info import ExecutionFacts
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.video import check_encoder
+from rollbench.results.video_cost import warn_if_costly
 from rollbench.scheduler.common import StepContext
 from rollbench.scheduler.decide import Schedule, decide
 
@@ -61,6 +62,7 @@ class LocalExecutor(Executor):
         backend = choose_backend(cfg.render_device)
         apply_backend(backend)  # this process renders in lockstep mode; workers get it in their spec
         self.schedule = decide(cfg, self.policy, len(run.todo), backend)
+        warn_if_costly(cfg, run.todo, max(1, self.schedule.workers))  # say so before the run when videos cost much of it
         if self.schedule.placement == "worker":
             self.policy.close()  # every worker builds its own
             self.policy = None

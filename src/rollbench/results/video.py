@@ -13,6 +13,7 @@ import logging
 import os
 import queue
 import threading
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,12 @@ from rollbench.errors import ConfigError
 log = logging.getLogger(__name__)
 
 QUEUE_FRAMES = 256
+
+
+def steps_per_frame(fps: int, video_fps: int) -> int:
+    """Steps between two video frames: as many as keep `video_fps` frames per second of
+    simulated time (the benchmark runs `fps` steps per second), at least 1."""
+    return max(1, fps // max(1, video_fps))
 
 
 def video_path(output_dir: str | Path, task_group: str, task_id: int, episode_index: int) -> Path:
@@ -40,7 +47,7 @@ def check_encoder() -> None:
 
 
 class _Episode:
-    def __init__(self, path: Path, fps: int) -> None:
+    def __init__(self, path: Path, fps: int | Fraction) -> None:
         self.path = path
         self.tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.mp4")
         self.fps = fps
@@ -110,7 +117,7 @@ class VideoRecorder:
             self._thread.start()
         self._q.put(item)
 
-    def start(self, key: Any, path: Path, fps: int) -> None:
+    def start(self, key: Any, path: Path, fps: int | Fraction) -> None:
         self._put(("start", key, _Episode(path, fps)))
 
     def add(self, key: Any, frame: np.ndarray | None) -> None:

@@ -54,9 +54,7 @@ class Schedule:
 
 
 def video_plan(cfg: RunConfig) -> VideoPlan | None:
-    if cfg.eval.max_episodes_rendered == 0:
-        return None
-    return VideoPlan(cfg.output_dir, cfg.eval.max_episodes_rendered, cfg.env.fps)
+    return VideoPlan.for_run(cfg)
 
 
 def default_slots(step_cost_ms: float, placement: str, workers: int) -> int:

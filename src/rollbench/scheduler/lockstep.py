@@ -12,12 +12,13 @@ import copy
 import itertools
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from rollbench.benchmarks.frames import RENDER_VIDEO
 from rollbench.config.env import set_episode_index
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
@@ -72,16 +73,27 @@ class _Recording:
     plan: VideoPlan
     recorder: VideoRecorder
 
-    def frames(self, vec: Any, rows: list[int], label: str) -> list[Any]:
-        """Frames of the vector env's `rows` (an async env renders all of its envs)."""
+    def grabber(self, vec: Any, label: str) -> Callable[[list[int]], list[Any]]:
+        """rows -> the video frames of those envs of `vec` (an async env renders all of its envs)."""
         envs = getattr(vec, "envs", None)
         if envs is not None:
-            return [grab_frame(envs[i], label) for i in rows]
+            return lambda rows: [grab_frame(envs[i], label, self.plan.size) for i in rows]
         try:
-            all_frames = vec.call("render")
+            # a sub-process dies on a call its env cannot answer: ask first, once per batch
+            video = all(vec.call("has_wrapper_attr", RENDER_VIDEO))
         except Exception:
-            return [None] * len(rows)
-        return [all_frames[i] for i in rows]
+            return lambda rows: [None] * len(rows)
+
+        def frames(rows: list[int]) -> list[Any]:
+            if not rows:
+                return []
+            try:
+                all_frames = vec.call(RENDER_VIDEO, self.plan.size) if video else vec.call("render")
+            except Exception:
+                return [None] * len(rows)
+            return [all_frames[i] for i in rows]
+
+        return frames
 
 
 @dataclass
@@ -158,25 +170,28 @@ class _Lockstep:
         trackers = [EpisodeTracker(u, ctx.benchmark.effective_max_steps(u.task), rule) for u in chunk]
         active = np.array([i < len(chunk) for i in range(n_envs)])
         filmed = [i for i, u in enumerate(chunk) if rec is not None and rec.plan.wants(u)]
-        label = chunk[0].task
-        if rec is not None and filmed:
+        grab = rec.grabber(vec, chunk[0].task) if rec is not None and filmed else None
+        if rec is not None and grab is not None:
             for i in filmed:
-                rec.recorder.start((chunk[i].key, slot_base), rec.plan.output_dir_path(chunk[i]), rec.plan.fps)
-            for i, frame in zip(filmed, rec.frames(vec, filmed, label), strict=True):
+                rec.recorder.start((chunk[i].key, slot_base), rec.plan.output_dir_path(chunk[i]), rec.plan.rate)
+            for i, frame in zip(filmed, grab(filmed), strict=True):
                 rec.recorder.add((chunk[i].key, slot_base), frame)
         while active.any():
             actions = ctx.act(policy, obs, slots, descriptions)
             obs, rewards, terminated, truncated, info = vec.step(actions)
             infos = split_vector_info(info, n_envs)
-            if rec is not None and filmed:
-                rows = [i for i in filmed if active[i]]
-                for i, frame in zip(rows, rec.frames(vec, rows, label), strict=True):
+            ended = [
+                int(i) for i in np.flatnonzero(active)
+                if trackers[i].update(rewards[i], terminated[i], truncated[i], infos[i])
+            ]
+            if rec is not None and grab is not None:
+                rows = [i for i in filmed if active[i] and rec.plan.films(trackers[i].n_steps, i in ended)]
+                for i, frame in zip(rows, grab(rows), strict=True):
                     rec.recorder.add((chunk[i].key, slot_base), frame)
-            for i in np.flatnonzero(active):
-                if trackers[i].update(rewards[i], terminated[i], truncated[i], infos[i]):
-                    active[i] = False
-                    path = None
-                    if rec is not None and i in filmed:
-                        rec.recorder.finish((chunk[i].key, slot_base))
-                        path = rec.plan.relpath(chunk[i])
-                    yield trackers[i].record(worker="main", video_path=path)
+            for i in ended:
+                active[i] = False
+                path = None
+                if rec is not None and i in filmed:
+                    rec.recorder.finish((chunk[i].key, slot_base))
+                    path = rec.plan.relpath(chunk[i])
+                yield trackers[i].record(worker="main", video_path=path)

@@ -183,9 +183,11 @@ class Worker:
             return
         self.buffer.touch()
         slot.obs = obs
-        if slot.video_key is not None:
+        ended = slot.tracker.update(reward, terminated, truncated, info)
+        plan = self.spec.video
+        if slot.video_key is not None and plan is not None and plan.films(slot.tracker.n_steps, ended):
             self._video_frame(slot)
-        if slot.tracker.update(reward, terminated, truncated, info):
+        if ended:
             video_path = self._video_finish(slot)
             report.events.append(("record", i, slot.tracker.record(self.name, slot.attempt, video_path)))
             slot.tracker = None
@@ -196,12 +198,12 @@ class Worker:
         if plan is None or self.videos is None or not plan.wants(unit):
             return
         slot.video_key = (unit.key, attempt)
-        self.videos.start(slot.video_key, plan.output_dir_path(unit), plan.fps)
+        self.videos.start(slot.video_key, plan.output_dir_path(unit), plan.rate)
         self._video_frame(slot)
 
     def _video_frame(self, slot: Slot) -> None:
-        assert self.videos is not None
-        self.videos.add(slot.video_key, grab_frame(slot.env, slot.task or ""))
+        assert self.videos is not None and self.spec.video is not None
+        self.videos.add(slot.video_key, grab_frame(slot.env, slot.task or "", self.spec.video.size))
 
     def _video_finish(self, slot: Slot) -> str | None:
         if slot.video_key is None or self.videos is None or self.spec.video is None:
