@@ -18,8 +18,9 @@ Each repeat runs lerobot-eval and `rollbench eval` (its default scheduling) as
 subprocesses, one after the other; wall time includes start-up (imports, model load), as a
 user sees it. env-steps/s counts the episodes' own steps (rollbench's n_steps; both tools
 run the same seeds, so on PushT the same episodes), not the masked steps lerobot-eval's
-finished envs keep taking. Both write videos of the first 10 episodes of every task
-(lerobot-eval's 0.4.4 default, rollbench's --eval.max_episodes_rendered default).
+finished envs keep taking. Both write videos of the first 10 episodes of every task, every
+step (lerobot-eval's 0.4.4 default; rollbench is given `--eval.max_episodes_rendered=10
+--eval.video_fps=1000`, since its own defaults film less).
 """
 
 from __future__ import annotations
@@ -66,7 +67,10 @@ def commands(args: argparse.Namespace, ckpt: Path, le_out: Path, rb_out: Path) -
     """(lerobot-eval, rollbench eval) command lines for one repeat."""
     shared = [f"--seed={args.seed}", f"--eval.n_episodes={args.episodes}"]
     le_flags = [f"--policy.path={ckpt}", "--policy.device=cpu", *shared, f"--eval.batch_size={args.batch_size}", f"--output_dir={le_out}"]
-    rb = [str(BIN / "rollbench"), "eval", "--policy.type=lerobot", f"--policy.path={ckpt}", *shared, f"--output_dir={rb_out}"]
+    # film as lerobot-eval does (10 episodes per task, every step), not rollbench's cheaper defaults
+    films = ["--eval.max_episodes_rendered=10", "--eval.video_fps=1000"]
+    rb = [str(BIN / "rollbench"), "eval", "--policy.type=lerobot", f"--policy.path={ckpt}", *shared, *films,
+          f"--output_dir={rb_out}"]
     if args.workload == "pusht":
         env = ["--env.type=pusht", f"--env.episode_length={args.episode_length}"]
         return [str(BIN / "lerobot-eval"), *env, *le_flags], [*rb, *env, *args.rollbench_args.split()]

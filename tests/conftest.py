@@ -29,7 +29,7 @@ TESTS = Path(__file__).resolve().parent
 
 
 def _quiet(args: tuple[str, ...]) -> list[str]:
-    """Tests render no videos unless they ask: rollbench's default (10 per task) would make
+    """Tests render no videos unless they ask: rollbench's default (4 per task) would make
     every MetaWorld test render hundreds of CPU frames. Video tests pass the flag."""
     out = list(args)
     if out[:1] == ["eval"] and not any(a.startswith("--eval.max_episodes_rendered") for a in out):
