@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"registry", "remote"},
     {"config"},
     {"plan", "benchmarks", "policies", "rendering"},
-    {"results"},
+    {"results", "flags"},
     {"rollout", "progress", "report"},
     {"scheduler"},
     {"tune"},

@@ -8,7 +8,6 @@ failed (or a merged result is partial), 2 bad usage or configuration, 130 interr
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import importlib
 import logging
@@ -19,7 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rollbench import __version__
-from rollbench.config.env import BENCHMARKS, BenchmarkConfig
+from rollbench.config.env import BENCHMARKS
 from rollbench.config.eval import EvalConfig
 from rollbench.config.fields import build, field_help
 from rollbench.config.policy import PolicyConfig
@@ -27,6 +26,7 @@ from rollbench.config.ray import RayConfig
 from rollbench.config.run import RunConfig
 from rollbench.config.tune import TuneConfig
 from rollbench.errors import ConfigError, RollbenchError, did_you_mean
+from rollbench.flags import benchmark_from_flags, group, policy_from_flags
 from rollbench.policies.base import POLICIES
 
 if TYPE_CHECKING:
@@ -78,46 +78,6 @@ def load_plugins() -> None:
             raise ConfigError(f"ROLLBENCH_PLUGINS: cannot import {name!r} ({type(err).__name__}: {err})") from None
 
 
-def _group(flags: dict[str, str], prefix: str) -> dict[str, str]:
-    return {k[len(prefix) :]: flags.pop(k) for k in list(flags) if k.startswith(prefix)}
-
-
-def benchmark_from_flags(env_flags: dict[str, str]) -> BenchmarkConfig:
-    env_type = env_flags.pop("type", None)
-    if not env_type:
-        raise ConfigError(f"--env.type is required; known benchmarks: {', '.join(BENCHMARKS.names())}")
-    try:
-        cls = BENCHMARKS.get(env_type)
-    except ConfigError as err:
-        raise ConfigError(f"--env.type={env_type!r}: {err}") from None
-    return build(cls, env_flags, "env.")
-
-
-def policy_from_flags(policy_flags: dict[str, str]) -> PolicyConfig:
-    known = {f.name for f in dataclasses.fields(PolicyConfig)} - {"options"}
-    options = {k: v for k, v in policy_flags.items() if k not in known}
-    base = {k: v for k, v in policy_flags.items() if k in known}
-    if not base.get("type") and base.get("path"):
-        # lerobot-eval's command line: --policy.path names a checkpoint and implies its kind
-        if ":" in base["path"] and not os.path.isdir(base["path"]):
-            raise ConfigError(
-                f"--policy.path={base['path']} looks like a module policy (pkg.mod:factory); "
-                f"add --policy.type=module (a LeRobot checkpoint directory needs no --policy.type)"
-            )
-        base["type"] = "lerobot"
-    ptype = base.get("type", "")
-    if ptype:
-        try:
-            factory = POLICIES.get(ptype)
-        except ConfigError as err:
-            raise ConfigError(f"--policy.type={ptype!r}: {err}") from None
-        if options and not getattr(factory, "accepts_options", False):
-            key = next(iter(options))
-            hint = did_you_mean(key, sorted(known), "--policy.{}".format)
-            raise ConfigError(f"unknown flag --policy.{key} for --policy.type={ptype}.{hint}")
-    return build(PolicyConfig, base, "policy.", options=options)
-
-
 def default_output_dir(env_type: str, policy_type: str) -> str:
     now = dt.datetime.now()
     return os.path.join("outputs", "eval", now.strftime("%Y-%m-%d"), f"{now.strftime('%H-%M-%S')}_{env_type}_{policy_type}")
@@ -125,11 +85,11 @@ def default_output_dir(env_type: str, policy_type: str) -> str:
 
 def config_from_flags(flags: dict[str, str]) -> RunConfig:
     flags = dict(flags)
-    env = benchmark_from_flags(_group(flags, "env."))
-    policy = policy_from_flags(_group(flags, "policy."))
-    eval_cfg = build(EvalConfig, _group(flags, "eval."), "eval.")
-    tune_cfg = build(TuneConfig, _group(flags, "tune."), "tune.")
-    ray_cfg = build(RayConfig, _group(flags, "ray."), "ray.")
+    env = benchmark_from_flags(group(flags, "env."))
+    policy = policy_from_flags(group(flags, "policy."))
+    eval_cfg = build(EvalConfig, group(flags, "eval."), "eval.")
+    tune_cfg = build(TuneConfig, group(flags, "tune."), "tune.")
+    ray_cfg = build(RayConfig, group(flags, "ray."), "ray.")
     for key in list(flags):
         if "." in key:
             raise ConfigError(f"unknown flag --{key}; flag groups are --env.*, --policy.*, --eval.*, --tune.*, --ray.*")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import signal
@@ -13,8 +12,9 @@ from dataclasses import dataclass
 from rollbench.config.env import BENCHMARKS, BenchmarkConfig
 from rollbench.config.fields import build, field_help, opt
 from rollbench.config.policy import PolicyConfig
-from rollbench.errors import ConfigError, did_you_mean
-from rollbench.policies.base import POLICIES, Policy
+from rollbench.errors import ConfigError
+from rollbench.flags import benchmark_from_flags, group, policy_from_flags
+from rollbench.policies.base import Policy
 from rollbench.remote.keys import parse_keys
 from rollbench.scheduler.common import StepContext
 from rollbench.serve.server import PolicyServer, ServerOptions
@@ -96,49 +96,28 @@ def serve_help() -> str:
     ])
 
 
-def _split(flags: dict[str, str], prefix: str) -> dict[str, str]:
-    return {k[len(prefix):]: flags.pop(k) for k in list(flags) if k.startswith(prefix)}
-
-
 def _benchmark(env_flags: dict[str, str]) -> BenchmarkConfig:
-    env_type = env_flags.pop("type", None)
-    if not env_type:
+    if not env_flags.get("type"):
         raise ConfigError(f"rollbench serve needs --env.type (what the policy is built for); known: {', '.join(BENCHMARKS.names())}")
-    try:
-        cls = BENCHMARKS.get(env_type)
-    except ConfigError as err:
-        raise ConfigError(f"--env.type={env_type!r}: {err}") from None
-    bench = build(cls, env_flags, "env.")
+    bench = benchmark_from_flags(env_flags)
     bench.check_available()
     bench.validate_tasks()
     return bench
 
 
 def _policy_config(policy_flags: dict[str, str]) -> PolicyConfig:
-    known = {f.name for f in dataclasses.fields(PolicyConfig)} - {"options"}
-    options = {k: v for k, v in policy_flags.items() if k not in known}
-    base = {k: v for k, v in policy_flags.items() if k in known}
-    ptype = base.get("type", "")
-    if ptype == "remote":
+    if policy_flags.get("type") == "remote":
         raise ConfigError("--policy.type=remote cannot be served (a server in front of a server); serve the policy itself")
-    if ptype:
-        try:
-            factory = POLICIES.get(ptype)
-        except ConfigError as err:
-            raise ConfigError(f"--policy.type={ptype!r}: {err}") from None
-        if options and not getattr(factory, "accepts_options", False):
-            key = next(iter(options))
-            raise ConfigError(f"unknown flag --policy.{key} for --policy.type={ptype}.{did_you_mean(key, sorted(known), '--policy.{}'.format)}")
-    return build(PolicyConfig, base, "policy.", options=options)
+    return policy_from_flags(policy_flags)
 
 
 def build_server(flags: dict[str, str]) -> tuple[PolicyServer, Policy]:
     """Flags -> a PolicyServer around a freshly built policy (not yet running)."""
     flags = dict(flags)
     flags.pop("debug", None)
-    bench = _benchmark(_split(flags, "env."))
-    policy_cfg = _policy_config(_split(flags, "policy."))
-    serve_cfg = build(ServeConfig, _split(flags, "serve."), "serve.")
+    bench = _benchmark(group(flags, "env."))
+    policy_cfg = _policy_config(group(flags, "policy."))
+    serve_cfg = build(ServeConfig, group(flags, "serve."), "serve.")
     for key in flags:
         if "." in key:
             raise ConfigError(f"unknown flag --{key}; rollbench serve takes --policy.*, --env.*, --serve.*, --port, --host, --api_key")

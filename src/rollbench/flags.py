@@ -1,0 +1,54 @@
+"""Flags of one group (`--env.*`, `--policy.*`) into their config objects, for every command
+that takes them (`rollbench eval` and `tune` through the CLI, `rollbench serve`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from rollbench.config.env import BENCHMARKS, BenchmarkConfig
+from rollbench.config.fields import build
+from rollbench.config.policy import PolicyConfig
+from rollbench.errors import ConfigError, did_you_mean
+from rollbench.policies.base import POLICIES
+
+
+def group(flags: dict[str, str], prefix: str) -> dict[str, str]:
+    """Take the flags under `prefix` out of `flags`, the prefix stripped."""
+    return {k[len(prefix) :]: flags.pop(k) for k in list(flags) if k.startswith(prefix)}
+
+
+def benchmark_from_flags(env_flags: dict[str, str]) -> BenchmarkConfig:
+    env_type = env_flags.pop("type", None)
+    if not env_type:
+        raise ConfigError(f"--env.type is required; known benchmarks: {', '.join(BENCHMARKS.names())}")
+    try:
+        cls = BENCHMARKS.get(env_type)
+    except ConfigError as err:
+        raise ConfigError(f"--env.type={env_type!r}: {err}") from None
+    return build(cls, env_flags, "env.")
+
+
+def policy_from_flags(policy_flags: dict[str, str]) -> PolicyConfig:
+    known = {f.name for f in dataclasses.fields(PolicyConfig)} - {"options"}
+    options = {k: v for k, v in policy_flags.items() if k not in known}
+    base = {k: v for k, v in policy_flags.items() if k in known}
+    if not base.get("type") and base.get("path"):
+        # lerobot-eval's command line: --policy.path names a checkpoint and implies its kind
+        if ":" in base["path"] and not os.path.isdir(base["path"]):
+            raise ConfigError(
+                f"--policy.path={base['path']} looks like a module policy (pkg.mod:factory); "
+                f"add --policy.type=module (a LeRobot checkpoint directory needs no --policy.type)"
+            )
+        base["type"] = "lerobot"
+    ptype = base.get("type", "")
+    if ptype:
+        try:
+            factory = POLICIES.get(ptype)
+        except ConfigError as err:
+            raise ConfigError(f"--policy.type={ptype!r}: {err}") from None
+        if options and not getattr(factory, "accepts_options", False):
+            key = next(iter(options))
+            hint = did_you_mean(key, sorted(known), "--policy.{}".format)
+            raise ConfigError(f"unknown flag --policy.{key} for --policy.type={ptype}.{hint}")
+    return build(PolicyConfig, base, "policy.", options=options)
