@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 from rollbench.errors import ConfigError, did_you_mean
 from rollbench.report import plots, stats
 from rollbench.report.compare import Comparison, Rate, Row, compare_runs
-from rollbench.report.html import esc, page, table, write_atomic
+from rollbench.report.html import esc, output_file, page, table, write_atomic
 from rollbench.report.runs import Run, command_line, load_run
 
 COMPARE_HELP = """usage: rollbench compare A B [--html=OUT] [--fail-if-worse] [--alpha=0.05] [--seed_a=S] [--seed_b=S]
@@ -127,15 +127,8 @@ def _seed(flag: str) -> Callable[[str], int]:
     return parse
 
 
-def _html_out(value: str) -> Path:
-    path = Path(value)
-    if path.is_dir() or not path.parent.is_dir():
-        raise ConfigError(f"--html={value!r} is not allowed; it must be a file path in an existing directory")
-    return path
-
-
 PARSERS: dict[str, Callable[[str], Any]] = {
-    "html": _html_out, "fail-if-worse": _bool("fail-if-worse"), "fail_if_worse": _bool("fail_if_worse"),
+    "html": functools.partial(output_file, "html"), "fail-if-worse": _bool("fail-if-worse"), "fail_if_worse": _bool("fail_if_worse"),
     "alpha": _alpha, "seed_a": _seed("seed_a"), "seed_b": _seed("seed_b"),
 }
 

@@ -10,6 +10,7 @@ sections whose data that writer does not record say so instead of being drawn.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from typing import Any
 
 from rollbench.errors import ConfigError, did_you_mean
 from rollbench.report import plots
-from rollbench.report.html import cards, esc, page, src, table, write_atomic
+from rollbench.report.html import cards, esc, output_file, page, src, table, write_atomic
 from rollbench.report.runs import Run, command_line, load_run
 from rollbench.results.summary import wilson
 
@@ -202,16 +203,9 @@ def write_report(output_dir: str | Path, out: str | Path | None = None, videos_p
     return path
 
 
-def _check_out(value: str) -> Path:
-    path = Path(value)
-    if path.is_dir() or not path.parent.is_dir():
-        raise ConfigError(f"--output={value!r} is not allowed; it must be a file path in an existing directory")
-    return path
-
-
 def report_main(positional: list[str], flags: dict[str, Any]) -> int:
     """`rollbench report DIR [--output=PATH] [--videos_per_task=N]`: prints the page's path."""
-    known = {"output": _check_out, "videos_per_task": _videos_flag}
+    known = {"output": functools.partial(output_file, "output"), "videos_per_task": _videos_flag}
     for key in flags:
         if key not in known:
             hint = did_you_mean(key, known, "--{}".format)
@@ -221,7 +215,7 @@ def report_main(positional: list[str], flags: dict[str, Any]) -> int:
         raise ConfigError(f"rollbench report takes one directory, DIR ({got}); usage: rollbench report DIR")
     if not Path(positional[0]).is_dir():
         raise ConfigError(f"rollbench report DIR={positional[0]!r} is not a directory; give a run's --output_dir")
-    out = _check_out(str(flags["output"])) if "output" in flags else None
+    out = output_file("output", str(flags["output"])) if "output" in flags else None
     per_task = _videos_flag(str(flags["videos_per_task"])) if "videos_per_task" in flags else VIDEOS_PER_TASK
     print(write_report(positional[0], out, per_task))
     return 0
