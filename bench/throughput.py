@@ -11,7 +11,9 @@ Variants, each run on exactly the same units (MT10 x episodes, seeds 1000+i):
               each process's stepping time, summed over processes: the physical ceiling)
   continuous  rollbench continuous batching (default workers, slots and placement)
   continuous-worker / continuous-driver   the same with --policy.placement forced
-  lockstep    rollbench lockstep mode (--eval.batch_size, sync envs: lerobot-eval's default)
+  lockstep    rollbench lockstep mode (--eval.batch_size; the batch's envs in env workers, one per core)
+  lockstep-here   the same with --eval.isolation=none: a SyncVectorEnv in this process (lerobot-eval's
+              default; a crashing env ends the run)
   ray         rollbench --executor=ray: a local Ray instance (started and shut down inside the
               clock) with one actor per core, each stepping its slot and running the policy
   lerobot     lerobot-eval's loop re-created: one process, task by task, a SyncVectorEnv batch
@@ -255,6 +257,8 @@ def main() -> None:
         "continuous-worker": lambda: via_rollbench(flags, {"eval.mode": "continuous", "policy.placement": "worker"}),
         "continuous-driver": lambda: via_rollbench(flags, {"eval.mode": "continuous", "policy.placement": "driver"}),
         "lockstep": lambda: via_rollbench(flags, {"eval.mode": "lockstep", "eval.batch_size": str(args.batch_size)}),
+        "lockstep-here": lambda: via_rollbench(
+            flags, {"eval.mode": "lockstep", "eval.batch_size": str(args.batch_size), "eval.isolation": "none"}),
         "lerobot": lambda: lerobot_style(flags, args.batch_size),
         # a local Ray instance started and shut down inside the clock, 2 actors (one per core here)
         "ray": lambda: via_rollbench(flags, {"executor": "ray"}),
@@ -286,6 +290,8 @@ def main() -> None:
         print(f"  {v:<25} {med[v]:8.1f} env-steps/s {cpu}")
     if "ray" in med and "continuous" in med:
         print(f"  ray / continuous = {med['ray'] / med['continuous']:.2f} (Ray's start-up included)")
+    if "lockstep" in med and "lockstep-here" in med:
+        print(f"  lockstep (env workers) / lockstep-here (same process) = {med['lockstep'] / med['lockstep-here']:.2f}")
     for c in (v for v in variants if v.startswith("continuous")):
         for v in (v for v in med if not v.startswith("continuous")):
             cpu = ""

@@ -2,7 +2,8 @@
 
 Registered like any third-party benchmark (`--env.type=faulty`, loaded through
 $ROLLBENCH_PLUGINS=faulty_bench). On `crash_seed` the env SIGKILLs its own process at its
-first step; on `hang_seed` it sleeps forever at its first step; on `error_seed` it raises
+first step; on `segv_seed` it sends itself SIGSEGV at its first step (a simulator's
+segfault); on `hang_seed` it sleeps forever at its first step; on `error_seed` it raises
 at its first step.
 """
 
@@ -23,9 +24,9 @@ from rollbench.config.fields import opt
 
 
 class FaultyEnv(CountdownEnv):
-    def __init__(self, scale: float, max_steps: int, crash: int, hang: int, error: int) -> None:
+    def __init__(self, scale: float, max_steps: int, crash: int, hang: int, error: int, segv: int = -1) -> None:
         super().__init__(scale, max_steps)
-        self.faults = {crash: "crash", hang: "hang", error: "error"}
+        self.faults = {crash: "crash", hang: "hang", error: "error", segv: "segv"}
         self.fault: str | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
@@ -39,6 +40,8 @@ class FaultyEnv(CountdownEnv):
 
             print("faulty env: goodbye from stderr", file=sys.stderr, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
+        if self.fault == "segv" and self._t == 0:
+            os.kill(os.getpid(), signal.SIGSEGV)
         if self.fault == "hang" and self._t == 0:
             time.sleep(3600)
         if self.fault == "error" and self._t == 0:
@@ -54,9 +57,10 @@ class FaultyConfig(FakeConfig):
     crash_seed: int = opt(-1, "reset seed whose episode SIGKILLs its worker")
     hang_seed: int = opt(-1, "reset seed whose episode hangs")
     error_seed: int = opt(-1, "reset seed whose episode raises")
+    segv_seed: int = opt(-1, "reset seed whose episode segfaults its process")
 
     def make_task_env(self, task: str) -> gym.Env:
-        return FaultyEnv(TASKS[task], self.max_steps, self.crash_seed, self.hang_seed, self.error_seed)
+        return FaultyEnv(TASKS[task], self.max_steps, self.crash_seed, self.hang_seed, self.error_seed, self.segv_seed)
 
 
 class IndexCheckEnv(CountdownEnv):

@@ -1,4 +1,5 @@
-"""Per-episode results depend on (task, episode, seed, policy) only: not on batch size, sync/async envs.
+"""Per-episode results depend on (task, episode, seed, policy) only: not on batch size, on
+env workers or same-process envs, sync or async.
 
 Every run goes through the real CLI in lockstep mode and is compared bit for bit with the
 others through the episodes recorded in `eval_info.json`.
@@ -44,7 +45,9 @@ def lockstep_variants(n_episodes: int) -> dict[str, tuple[str, ...]]:
         "b1": ("--eval.batch_size=1",),
         "b3": ("--eval.batch_size=3",),  # a short last batch: padded envs must not leak into results
         "b10": ("--eval.batch_size=10",),  # larger than n_episodes: clamped
-        "b3_async": ("--eval.batch_size=3", "--eval.use_async_envs=true"),
+        "b3_w1": ("--eval.batch_size=3", "--workers=1"),  # the batch's envs in one env worker
+        "b3_here": ("--eval.batch_size=3", "--eval.isolation=none"),  # same process, SyncVectorEnv
+        "b3_async": ("--eval.batch_size=3", "--eval.isolation=none", "--eval.use_async_envs=true"),
     }
 
 

@@ -82,7 +82,10 @@ def test_batch_size_is_envs_per_lockstep_batch(tmp_path: Path) -> None:
     assert res.rc == 0, res.err
     info = load_info(tmp_path / "b3")
     assert info["mode"] == "lockstep"
-    assert info["scheduling"]["envs_per_batch"] == 3 and info["scheduling"]["workers"] == 0
+    sched = info["scheduling"]
+    assert sched["envs_per_batch"] == 3 and sched["isolation"] == "process"
+    # the batch's envs spread over the env workers: every row has a slot
+    assert sched["workers"] >= 1 and sched["workers"] * sched["slots_per_worker"] >= 3
     rows = Counter(r for _, _, r in records(rec) if r > 0)
     assert set(rows) == {3}
     # the same episodes at another batch size: the results do not depend on it

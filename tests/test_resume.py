@@ -156,3 +156,34 @@ def test_ctrl_c_stops_cleanly_and_resumes(tmp_path: Path, reference: dict) -> No
     assert f"{N_UNITS - logged} episodes run" in res.out
     assert per_episode(tmp_path) == reference
     assert set(records_per_unit(tmp_path).values()) == {1}
+
+
+def test_leftovers_of_killed_processes_are_swept(tmp_path: Path, monkeypatch) -> None:
+    """A SIGKILLed group leaves shared-memory files and half-written videos; the next run
+    removes those of processes that are gone and keeps those of live ones."""
+    import os
+    import subprocess
+
+    from rollbench.results.store import sweep_partial_videos
+    from rollbench.scheduler import shm
+    from rollbench.scheduler.pool import sweep_shm
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    monkeypatch.setattr(shm, "shm_dir", lambda: str(tmp_path))
+    monkeypatch.setattr("rollbench.scheduler.pool.shm_dir", lambda: str(tmp_path))
+    dead = tmp_path / f"rollbench-{gone.pid}-123-w0.buf"
+    live = tmp_path / f"rollbench-{os.getpid()}-123-w0.buf"
+    for p in (dead, live):
+        p.write_bytes(b"x")
+    assert sweep_shm() == 1
+    assert not dead.exists() and live.exists()
+    videos = tmp_path / "out" / "videos" / "all_0"
+    videos.mkdir(parents=True)
+    half = videos / f".episode_0.mp4.{gone.pid}.tmp.mp4"
+    mine = videos / f".episode_1.mp4.{os.getpid()}.tmp.mp4"
+    done = videos / "episode_2.mp4"
+    for p in (half, mine, done):
+        p.write_bytes(b"x")
+    assert sweep_partial_videos(tmp_path / "out") == 1
+    assert not half.exists() and mine.exists() and done.exists()

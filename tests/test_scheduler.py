@@ -130,9 +130,13 @@ def test_lockstep_parallel_tasks_equal_sequential(cli, tmp_path: Path, lockstep_
         flags.append("--policy.path=helpers_sched:per_task_counter_policy")
     seq = cli(*FAKE, *flags, "--eval.mode=lockstep", "--eval.batch_size=4", f"--output_dir={tmp_path / 'seq'}")
     par = cli(*FAKE, *flags, "--eval.mode=lockstep", "--eval.batch_size=4", "--eval.max_parallel_tasks=3",
-              "--eval.use_async_envs=true", f"--output_dir={tmp_path / 'par'}")
-    assert seq.rc == 0 and par.rc == 0, seq.err + par.err
-    assert per_episode(tmp_path / "par") == per_episode(tmp_path / "seq")
+              "--workers=3", f"--output_dir={tmp_path / 'par'}")  # three task runners, each with its own env workers
+    here = cli(*FAKE, *flags, "--eval.mode=lockstep", "--eval.batch_size=4", "--eval.max_parallel_tasks=3",
+               "--eval.isolation=none", "--eval.use_async_envs=true", f"--output_dir={tmp_path / 'here'}")
+    assert seq.rc == 0 and par.rc == 0 and here.rc == 0, seq.err + par.err + here.err
+    assert per_episode(tmp_path / "par") == per_episode(tmp_path / "seq") == per_episode(tmp_path / "here")
+    logs = sorted(p.name for p in (tmp_path / "par" / "logs").glob("worker-*.log"))
+    assert logs == ["worker-0.log", "worker-t1-0.log", "worker-t2-0.log"], logs  # 3 workers // 3 runners: 1 each
     if policy == "random":
         assert per_episode(tmp_path / "par") == lockstep_reference["random"]
 

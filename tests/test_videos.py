@@ -51,9 +51,10 @@ def check_videos(out: Path, rendered: int, n_episodes: int, every: int = 1, fps:
         ["--eval.mode=continuous", "--workers=2"],
         ["--eval.mode=continuous", "--workers=2", "--policy.placement=driver", "--slots_per_worker=2"],
         ["--eval.mode=lockstep", "--eval.batch_size=2"],
-        ["--eval.mode=lockstep", "--eval.batch_size=2", "--eval.use_async_envs=true"],
+        ["--eval.mode=lockstep", "--eval.batch_size=2", "--eval.isolation=none"],
+        ["--eval.mode=lockstep", "--eval.batch_size=2", "--eval.isolation=none", "--eval.use_async_envs=true"],
     ],
-    ids=["continuous-worker", "continuous-driver", "lockstep", "lockstep-async"],
+    ids=["continuous-worker", "continuous-driver", "lockstep", "lockstep-here", "lockstep-async"],
 )
 @pytest.mark.parametrize(
     ("video_fps", "every"), [(None, 3), (FAKE_FPS, 1), (7, 4)], ids=["default-10fps", "every-step", "7fps"]
@@ -87,9 +88,11 @@ def test_videos_do_not_change_results(cli, tmp_path: Path) -> None:
     [
         ("state", (96, 96), []),
         ("pixels_agent_pos", (64, 64), []),
-        ("state", (96, 96), ["--eval.mode=lockstep", "--eval.batch_size=2", "--eval.use_async_envs=true"]),
+        ("state", (96, 96), ["--eval.mode=lockstep", "--eval.batch_size=2"]),
+        ("state", (96, 96), ["--eval.mode=lockstep", "--eval.batch_size=2", "--eval.isolation=none",
+                             "--eval.use_async_envs=true"]),
     ],
-    ids=["state", "pixels", "state-lockstep-async"],
+    ids=["state", "pixels", "state-lockstep", "state-lockstep-async"],
 )
 def test_metaworld_videos(cli, tmp_path: Path, obs: str, shape: tuple[int, int], mode: list[str]) -> None:
     """State observations: frames of their own at --eval.video_size (also from an async

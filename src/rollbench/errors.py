@@ -40,6 +40,10 @@ class WorkerError(RollbenchError):
     """A worker process failed; carries the remote traceback, the worker and the unit."""
 
 
+class DiskFull(RollbenchError):
+    """The output directory's disk (or quota) filled during a run; what was logged is kept."""
+
+
 class RunInterrupted(RollbenchError):
     """The user stopped the run (Ctrl-C); finished episodes are in the log."""
 

@@ -22,16 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from rollbench.config.run import RunConfig
-from rollbench.errors import RollbenchError, RunInterrupted
+from rollbench.errors import DiskFull, RollbenchError, RunInterrupted
 from rollbench.executors.base import Executor
 from rollbench.plan import EpisodeUnit, UnitKey, pending, plan_for
 from rollbench.progress import Progress
 from rollbench.results import eval_info
 from rollbench.results.eval_info import EvalInfo, ExecutionFacts
-from rollbench.results.log import EpisodeLog, read_records, writer_name
+from rollbench.results.log import DISK_FULL, EpisodeLog, read_records, writer_name
 from rollbench.results.merge import Merged, merge
 from rollbench.results.records import EpisodeRecord
-from rollbench.results.store import prepare
+from rollbench.results.store import prepare, sweep_partial_videos
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,7 @@ def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) 
     todo = pending(units, done)
     if continuing:
         log.info("resuming in %s: %d of %d episodes already done", output_dir, len(units) - len(todo), len(units))
+        sweep_partial_videos(output_dir)  # left by killed workers; their episodes run again
     return Run(cfg, output_dir, plan, units, done, todo, continuing, time.time())
 
 
@@ -125,11 +126,29 @@ def run_eval(
             if lost:
                 raise RollbenchError(f"internal: {len(lost)} units of this run are missing from its log, e.g. {lost[0].label()}")
         problems = executor.finish(run, merged)
+    except OSError as err:
+        if err.errno not in DISK_FULL:
+            raise
+        raise _disk_full(err, cfg, plan, executor) from err
     finally:
         executor.close()
     failed = sum(1 for u in run.units if u.key in merged.records and not merged.records[u.key].ok)
     page = write_report(run.output_dir) if cfg.eval.report else None
     return RunOutcome(run.output_dir, info, ran, failed, executor.describe(), problems, page)
+
+
+def _disk_full(err: OSError, cfg: RunConfig, plan: list[EpisodeUnit], executor: Executor) -> DiskFull:
+    """One line: which directory, that its disk is full, what is saved, how to go on."""
+    out = Path(cfg.output_dir)
+    try:
+        saved = f"{len(merge(read_records(out), plan).done_keys())} of {len(plan)} episodes are saved"
+    except OSError:
+        saved = "the episodes logged so far are saved"
+    where = f", writing {err.filename}" if err.filename else ""
+    return DiskFull(
+        f"the disk of --output_dir={str(out)!r} is full ({err.strerror}{where}); {saved} in its episode log; "
+        f"free some space, then {executor.resume_hint()}"
+    )
 
 
 def _drive(run: Run, executor: Executor, progress_stream: Any) -> int:
@@ -151,17 +170,28 @@ def _drive(run: Run, executor: Executor, progress_stream: Any) -> int:
                     progress.update(rec)
     except KeyboardInterrupt:
         executor.stop()
-        close = getattr(records, "close", None)
-        if close is not None:
-            close()  # the scheduler's cleanup (workers, videos) runs now, not at garbage collection
+        _close(records)
         progress.close()
         left = len(pending(run.units, merge(read_records(run.output_dir), run.plan).done_keys()))
         raise RunInterrupted(
             f"interrupted: {ran} episodes finished in this run; {len(run.units) - left} of {len(run.units)} "
             f"are saved in {run.output_dir}; {executor.resume_hint()}"
         ) from None
+    except OSError:  # a full disk: stop the workers now; run_eval says what to do
+        try:
+            _close(records)
+        except Exception as err:  # the disk's error is the one to report
+            log.warning("stopping the run after a failed write: %s: %s", type(err).__name__, err)
+        progress.close()
+        raise
     progress.close()
     return ran
+
+
+def _close(records: Iterator[EpisodeRecord]) -> None:
+    close = getattr(records, "close", None)
+    if close is not None:
+        close()  # the scheduler's cleanup (workers, videos) runs now, not at garbage collection
 
 
 def merge_dir(root: Path, cfg: RunConfig) -> EvalInfo:

@@ -18,7 +18,15 @@ class EvalConfig:
         "(default min(50, n_episodes)); continuous mode runs --workers x --slots_per_worker slots instead "
         "(rows per policy call: --policy.max_batch_size)",
     )
-    use_async_envs: bool = opt(False, "lockstep mode: step the batch's envs in subprocesses")
+    use_async_envs: bool = opt(
+        False, "lockstep mode with --eval.isolation=none: step the batch's envs in subprocesses (AsyncVectorEnv)"
+    )
+    isolation: Literal["process", "none"] = opt(
+        "process",
+        "lockstep mode: process: the batch's envs step in env worker processes (--workers of them), so a crashing "
+        "or hanging env costs only its episodes; none: in this process, as lerobot-eval does (for debugging; a "
+        "crash ends the run; with --eval.mode=auto it also picks lockstep mode)",
+    )
     mode: Literal["auto", "continuous", "lockstep"] = opt(
         "auto",
         "continuous: slots reset into the next episode at once (needs per-slot policy state); "

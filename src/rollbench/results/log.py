@@ -3,10 +3,14 @@
 Every writer process appends to its own file, `episodes/<writer>.jsonl`, so concurrent
 shards (also on a shared network filesystem) never interleave their writes. A crash in
 the middle of a write leaves at most a torn last line, which readers skip with a warning.
+A write or fsync that fails (a full disk) takes its partial line back out of the file, so
+the log holds exactly the records fsync'ed before it, and raises; the run stops there and
+a rerun resumes after them.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -26,32 +30,81 @@ def writer_name(shard_id: int, num_shards: int) -> str:
     return f"shard{shard_id}of{num_shards}-{host}-{os.getpid()}"
 
 
+#: errno values that mean "the disk (or the user's quota on it) is full"
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def _write(fd: int, data: bytes | memoryview) -> int:
+    """One write(2); the seam where tests inject a full disk."""
+    return os.write(fd, data)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    # a write on a nearly full disk may write part of the line and return; the rest then fails
+    view = memoryview(data)
+    while view:
+        view = view[_write(fd, view) :]
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # not every platform opens directories
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 class EpisodeLog:
-    """Append-only writer for one process."""
+    """Append-only writer for one process: a record is one write(2) of a whole line, then
+    fsync; it counts once `append` returns."""
 
     def __init__(self, output_dir: str | Path, writer: str) -> None:
         self.dir = Path(output_dir) / EPISODES_DIR
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / f"{writer}.jsonl"
-        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (kept open for the run)
+        new = not self.path.exists()
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if new:
+            _fsync_dir(self.dir)  # the new file's name must survive a power cut along with its records
         # A reused pid (containers restart with the same ones) reopens a file whose last
         # line a crash tore; end that fragment first, or the next record would be glued
         # onto it and lost on read.
-        if self._fh.tell() > 0:
+        if os.fstat(self._fd).st_size > 0:
             with open(self.path, "rb") as fh:
                 fh.seek(-1, os.SEEK_END)
                 torn = fh.read(1) != b"\n"
             if torn:
-                self._fh.write("\n")
+                self._append_durably(b"\n")
 
     def append(self, record: EpisodeRecord) -> None:
-        self._fh.write(json.dumps(record.to_json(), allow_nan=False) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        """Write `record` and fsync it; on failure (OSError, e.g. ENOSPC: see `DISK_FULL`)
+        the file is left as it was before the call and the error, naming it, is raised."""
+        self._append_durably((json.dumps(record.to_json(), allow_nan=False) + "\n").encode("utf-8"))
+
+    def _append_durably(self, data: bytes) -> None:
+        assert self._fd is not None, "append after close"
+        start = os.fstat(self._fd).st_size  # O_APPEND: this writer's bytes go here
+        try:
+            _write_all(self._fd, data)
+            os.fsync(self._fd)
+        except OSError as err:
+            try:
+                # what did not reach the disk whole must not count, nor glue onto the next line;
+                # shrinking a file needs no space. If even this fails, readers skip the torn line.
+                os.ftruncate(self._fd, start)
+            except OSError:
+                log.warning("%s: could not remove a partly written line after %s", self.path, err.strerror)
+            raise OSError(err.errno, err.strerror, str(self.path)) from err
 
     def close(self) -> None:
-        if not self._fh.closed:
-            self._fh.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def __enter__(self) -> EpisodeLog:
         return self

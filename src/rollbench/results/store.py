@@ -16,15 +16,43 @@ MANIFEST = "run.json"
 EVAL_INFO = "eval_info.json"
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process `pid` exists on this machine (also someone else's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_partial_videos(output_dir: Path) -> int:
+    """Remove the half-written videos (`.<name>.<pid>.tmp.mp4`) of writers that are gone:
+    a killed worker leaves its episode's file behind; the episode runs again and is filmed
+    anew. The number removed."""
+    removed = 0
+    for path in (output_dir / "videos").glob("*/.*.tmp.mp4"):
+        pid = path.name.rsplit(".", 3)[-3]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     # host and pid: shards on several machines may write into one shared directory
     tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, allow_nan=False)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, allow_nan=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, say: no half-written temporary file stays behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:

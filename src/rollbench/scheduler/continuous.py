@@ -18,48 +18,23 @@ results do not depend on the mode, worker count or slot count.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import os
-import signal
 import sys
-import time
 from collections import OrderedDict, deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from multiprocessing.connection import wait
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rollbench.errors import ConfigError, PolicyError, WorkerError
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
 from rollbench.results.records import EpisodeRecord
-from rollbench.rollout import VideoPlan
 from rollbench.scheduler.common import StepContext, cpu_count, driver_threads
-from rollbench.scheduler.shm import ArraySpec, SlotBuffer, obs_layout, shm_dir, stack_any
-from rollbench.scheduler.worker import Report, SlotError, WorkerSpec, worker_main
+from rollbench.scheduler.pool import PoolOptions, WorkerHandle, WorkerPool, flat_layout
+from rollbench.scheduler.shm import stack_any
+from rollbench.scheduler.worker import Report, SlotError
 
-STDERR_TAIL_LINES = 15
-#: a worker that dies this many times in a row without reporting anything stops the run
-MAX_FRUITLESS_RESTARTS = 3
-
-
-@dataclass(frozen=True)
-class PoolOptions:
-    """How continuous mode runs (decided once, in `scheduler.decide`): the pool starts
-    exactly `workers` worker processes."""
-
-    workers: int
-    slots_per_worker: int
-    placement: str  # "worker" or "driver"
-    max_retries: int
-    step_timeout_s: float
-    log_dir: Path
-    gl_backend: str  # MUJOCO_GL of every worker
-    video: VideoPlan | None = None
-    max_rows_per_call: int | None = None  # driver placement: --policy.max_batch_size
+__all__ = ["ContinuousScheduler", "PoolOptions", "UnitQueue", "run_continuous"]
 
 
 class UnitQueue:
@@ -98,38 +73,6 @@ class UnitQueue:
         return bool(self.by_task.get(task))
 
 
-@dataclass
-class WorkerHandle:
-    index: int
-    process: Any
-    conn: Any
-    buffer: SlotBuffer
-    log_path: Path
-    slots: list[deque[tuple[EpisodeUnit, int]]]
-    started: list[bool]
-    inflight: bool = False
-    reported: bool = False  # it has sent a report: it got as far as running slots
-    sent_at: float = field(default_factory=time.monotonic)
-    last_task: list[str | None] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.last_task = [None] * len(self.slots)
-
-    def busy(self) -> bool:
-        return any(self.slots)
-
-    def running(self) -> list[int]:
-        return [i for i, s in enumerate(self.started) if s]
-
-
-def _tail(path: Path, n: int = STDERR_TAIL_LINES) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    return "\n".join(lines[-n:])
-
-
 def _rows(batch: Any, lo: int, hi: int) -> Any:
     if isinstance(batch, dict):
         return {k: _rows(v, lo, hi) for k, v in batch.items()}
@@ -142,71 +85,15 @@ def _concat(parts: list[Any]) -> Any:
     return np.concatenate(parts)
 
 
-class ContinuousScheduler:
+class ContinuousScheduler(WorkerPool):
     def __init__(self, ctx: StepContext, units: list[EpisodeUnit], opts: PoolOptions, policy: Policy | None) -> None:
         if (opts.placement == "driver") != (policy is not None):
             raise ValueError("continuous scheduler: driver placement takes the driver's policy, worker placement none")
-        self.ctx = ctx
-        self.opts = opts
+        super().__init__(ctx, opts, flat_layout(ctx, {u.task for u in units}))
         self.queue = UnitQueue(units)
         self.n_slots_total = opts.workers * opts.slots_per_worker
-        self.layout = self._layout(units)
         self.policy = policy
-        self.mpctx: Any = mp.get_context("forkserver" if sys.platform.startswith("linux") else "spawn")
-        self.run_id = f"rollbench-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
-        self.workers: list[WorkerHandle] = []
         self.open_tasks = {u.task for u in units}
-        self.fruitless = [0] * opts.workers  # deaths in a row of a worker that never reported
-
-    def _layout(self, units: list[EpisodeUnit]) -> tuple[ArraySpec, ...] | None:
-        """One flat observation layout for all tasks, or None (observations get pickled)."""
-        layouts = set()
-        for task in {u.task for u in units}:
-            env = self.ctx.benchmark.make_task_env(task)
-            try:
-                layouts.add(obs_layout(env.observation_space))
-            finally:
-                env.close()
-        return layouts.pop() if len(layouts) == 1 else None
-
-    # -- pool ------------------------------------------------------------------------
-    def _spawn(self, index: int, buffer: SlotBuffer | None = None) -> WorkerHandle:
-        k = self.opts.slots_per_worker
-        path = os.path.join(shm_dir(), f"{self.run_id}-w{index}.buf")
-        if buffer is None:
-            buffer = SlotBuffer(self.layout, k, path, create=True)
-        log_path = self.opts.log_dir / f"worker-{index}.log"
-        spec = WorkerSpec(
-            index=index, n_slots=k, benchmark=self.ctx.benchmark,
-            policy=self.ctx.policy_config if self.opts.placement == "worker" else None,
-            layout=self.layout, buffer_path=path, log_path=str(log_path), gl_backend=self.opts.gl_backend,
-            video=self.opts.video,
-        )
-        with open(log_path, "a", encoding="utf-8") as fh:
-            fh.write(f"--- worker {index} starting at {time.strftime('%H:%M:%S')} ---\n")
-        parent, child = self.mpctx.Pipe()
-        buffer.touch()
-        proc = self.mpctx.Process(target=worker_main, args=(child, spec), name=f"rollbench-worker-{index}", daemon=True)
-        proc.start()
-        child.close()
-        return WorkerHandle(index, proc, parent, buffer, log_path, [deque() for _ in range(k)], [False] * k)
-
-    def _stop(self, w: WorkerHandle, kill: bool = False) -> None:
-        if not kill:
-            try:
-                w.conn.send(("stop",))
-            except (BrokenPipeError, OSError):
-                pass
-            w.process.join(timeout=120)  # a worker finishes encoding its videos before it exits
-        if w.process.is_alive():
-            w.process.kill()
-            w.process.join(timeout=5)
-        w.conn.close()
-
-    def close(self) -> None:
-        for w in self.workers:
-            self._stop(w)
-            w.buffer.close(unlink=True)
 
     # -- bookkeeping -----------------------------------------------------------------
     def _fill(self, w: WorkerHandle) -> None:
@@ -223,7 +110,7 @@ class ContinuousScheduler:
                     break
                 assigned.append(item)
         if assigned:
-            self._send(w, ("assign", assigned))
+            self.send(w, ("assign", assigned))
 
     def _busy_elsewhere(self, w: WorkerHandle) -> set[str]:
         """Tasks the other workers' slots are running."""
@@ -256,7 +143,7 @@ class ContinuousScheduler:
                         assigned[w.index].append(item)
         for w in self.workers:
             if assigned[w.index]:
-                self._send(w, ("assign", assigned[w.index]))
+                self.send(w, ("assign", assigned[w.index]))
 
     def _give_up_or_retry(self, unit: EpisodeUnit, attempt: int, error: str, worker: str) -> Iterator[EpisodeRecord]:
         if attempt < self.opts.max_retries:
@@ -294,44 +181,13 @@ class ContinuousScheduler:
         yield from self._give_up_or_retry(unit, attempt, f"error in worker {w.index} on {unit.label()}: {err.error}", f"w{w.index}")
 
     def _lost(self, w: WorkerHandle, why: str) -> Iterator[EpisodeRecord]:
-        """Worker w is gone (died or hung): retry or fail its units, start a fresh worker.
-
-        The worker marks in shared memory which slot it is inside a reset or step of, so the
-        unit that killed (or hung) it is known: that unit uses up one of its retries, while
-        the other episodes it interrupted are simply run again. When the worker died outside
-        any env call, every episode it was running counts the attempt.
-        """
-        inside = int(w.buffer.current[0])
-        self._stop(w, kill=True)
-        code = w.process.exitcode
-        if code is not None and code < 0:
-            how = f"was killed by {signal.Signals(-code).name}"
-        elif code is not None:
-            how = f"exited with code {code}"
-        else:
-            how = "stopped answering"
-        tail = _tail(w.log_path)
-        blamed = any(n == 0 and (i == inside or (inside < 0 and w.started[i])) for i, q in enumerate(w.slots) for n in range(len(q)))
-        self.fruitless[w.index] = 0 if blamed or w.reported else self.fruitless[w.index] + 1
-        if self.fruitless[w.index] > MAX_FRUITLESS_RESTARTS:
-            # it dies before any episode starts (a broken import, a missing library): a fresh
-            # process would die the same way, forever, and no unit would ever be charged
-            raise WorkerError(
-                f"worker {w.index} {why or how} {self.fruitless[w.index]} times in a row before running any episode; "
-                f"last lines of {w.log_path}:\n{tail or '(empty)'}"
-            )
-        for i, q in enumerate(w.slots):
-            for n, (unit, attempt) in enumerate(q):
-                culprit = n == 0 and (i == inside or (inside < 0 and w.started[i]))
-                if culprit:
-                    error = f"worker {w.index} (pid {w.process.pid}) {why or how} while running {unit.label()}"
-                    if tail:
-                        error += f"; last stderr lines:\n{tail}"
-                    yield from self._give_up_or_retry(unit, attempt, error, f"w{w.index}")
-                else:
-                    self.queue.retry(unit, attempt)
-        fresh = self._spawn(w.index, w.buffer)
-        self.workers[w.index] = fresh
+        """Worker w is gone (died or hung): the unit it was inside uses up one of its
+        retries, the other episodes it interrupted are simply run again (`WorkerPool.bury`)."""
+        loss = self.bury(w, why)
+        for _, unit, attempt in loss.charged:
+            yield from self._give_up_or_retry(unit, attempt, loss.error(unit), f"w{w.index}")
+        for _, unit, attempt in loss.interrupted:
+            self.queue.retry(unit, attempt)
 
     def _close_finished_tasks(self) -> None:
         for task in list(self.open_tasks):
@@ -339,60 +195,15 @@ class ContinuousScheduler:
                 continue
             self.open_tasks.discard(task)
             for w in self.workers:
-                self._send(w, ("close_task", task))
+                self.send(w, ("close_task", task))
 
     def _done(self) -> bool:
         return not len(self.queue) and not any(w.busy() for w in self.workers)
 
-    def _hung(self, w: WorkerHandle, now: float) -> bool:
-        # driver placement: only a worker we await can hang; worker placement: any with work
-        expecting = w.inflight if self.opts.placement == "driver" else w.busy()
-        last = max(float(w.buffer.beat[0]), w.sent_at)
-        return expecting and now - last > self.opts.step_timeout_s
-
-    def _receive(self, candidates: list[WorkerHandle], timeout: float) -> Iterator[tuple[WorkerHandle, Any]]:
-        """Messages from `candidates` (or ("lost", why) events) that arrive within `timeout`."""
-        by_obj: dict[Any, WorkerHandle] = {}  # connections and process sentinels
-        for w in candidates:
-            by_obj[w.conn] = w
-            by_obj[w.process.sentinel] = w
-        ready: list[Any] = wait(list(by_obj), timeout=timeout)
-        for obj in ready:
-            w = by_obj[obj]
-            if self.workers[w.index] is not w:
-                continue  # already replaced in this round
-            if obj is w.conn:
-                try:
-                    msg = w.conn.recv()
-                except (EOFError, OSError):
-                    yield w, ("lost", "")
-                    continue
-                yield w, msg
-            elif not w.conn.poll():
-                yield w, ("lost", "")
-        now = time.monotonic()
-        for w in candidates:
-            if self.workers[w.index] is w and self._hung(w, now):
-                yield w, ("lost", f"made no progress for {self.opts.step_timeout_s:g}s (--eval.step_timeout_s; hang)")
-
-    def _fatal(self, msg: tuple[Any, ...]) -> None:
-        text, kind = msg[1], msg[2]
-        cls = {"PolicyError": PolicyError, "ConfigError": ConfigError}.get(kind, WorkerError)
-        raise cls(text)
-
     # -- the two driving loops -------------------------------------------------------
     def run(self) -> Iterator[EpisodeRecord]:
-        self.opts.log_dir.mkdir(parents=True, exist_ok=True)
         try:
-            # one BLAS/OpenMP thread per worker: N workers with a full pool each oversubscribe
-            # the cores (the forkserver, started by the first spawn, passes this on)
-            prev = os.environ.get("OMP_NUM_THREADS")
-            os.environ.setdefault("OMP_NUM_THREADS", "1")
-            try:
-                self.workers = [self._spawn(i) for i in range(self.opts.workers)]
-            finally:
-                if prev is None:
-                    os.environ.pop("OMP_NUM_THREADS", None)
+            self.start()
             if self.opts.placement == "worker":
                 yield from self._run_worker_placement()
             else:
@@ -404,11 +215,11 @@ class ContinuousScheduler:
     def _run_worker_placement(self) -> Iterator[EpisodeRecord]:
         self._fill_all()
         while not self._done():
-            for w, msg in self._receive(list(self.workers), timeout=0.5):
+            for w, msg in self.receive(list(self.workers), timeout=0.5):
                 if msg[0] == "report":
                     yield from self._absorb(w, msg[1])
                 elif msg[0] == "fatal":
-                    self._fatal(msg)
+                    self.fatal(msg)
                 elif msg[0] == "lost":
                     yield from self._lost(w, msg[1])
                     w = self.workers[w.index]
@@ -428,16 +239,8 @@ class ContinuousScheduler:
     def _send_step(self, w: WorkerHandle, actions: dict[int, Any]) -> None:
         self._fill(w)
         if actions or any(w.slots):
-            self._send(w, ("step", actions))
+            self.send(w, ("step", actions))
             w.inflight = True
-
-    def _send(self, w: WorkerHandle, msg: tuple[Any, ...]) -> None:
-        """Send; a dead worker's pipe is noticed through its sentinel, and its units requeued."""
-        try:
-            w.conn.send(msg)
-        except (BrokenPipeError, ConnectionResetError, OSError):
-            pass
-        w.sent_at = time.monotonic()
 
     def _collect(self, group: list[int]) -> Iterator[EpisodeRecord]:
         """Wait for the replies of the group's in-flight workers."""
@@ -446,14 +249,14 @@ class ContinuousScheduler:
             waiting = [self.workers[i] for i in group if self.workers[i].inflight]
             if not waiting:
                 return
-            for w, msg in self._receive(waiting, timeout=0.5):
+            for w, msg in self.receive(waiting, timeout=0.5):
                 if msg[0] == "stepped":
                     w.inflight = False
                     if msg[1].obs is not None:
                         self._obs[w.index] = msg[1].obs
                     yield from self._absorb(w, msg[1])
                 elif msg[0] == "fatal":
-                    self._fatal(msg)
+                    self.fatal(msg)
                 elif msg[0] == "lost":
                     yield from self._lost(w, msg[1])
                     self._send_step(self.workers[w.index], {})

@@ -20,8 +20,8 @@ from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError
 from rollbench.rollout import VideoPlan
 from rollbench.scheduler.common import cpu_count
-from rollbench.scheduler.continuous import PoolOptions
 from rollbench.scheduler.lockstep import LockstepOptions
+from rollbench.scheduler.pool import PoolOptions
 
 log = logging.getLogger(__name__)
 
@@ -32,19 +32,26 @@ class Schedule:
 
     mode: str  # continuous | lockstep
     placement: str  # worker | driver: where the policy runs (lockstep: always this process)
-    workers: int  # continuous: worker processes started (0 in lockstep mode, or with nothing to run)
-    slots_per_worker: int  # continuous: env slots per worker (0 in lockstep mode)
+    # worker processes started (lockstep: per task runner; 0 with --eval.isolation=none, or
+    # with nothing to run) and env slots in each
+    workers: int
+    slots_per_worker: int
     envs_per_batch: int | None  # lockstep: --eval.batch_size, envs of one task stepped together
     max_rows_per_call: int | None  # continuous, driver placement: --policy.max_batch_size
-    use_async_envs: bool  # lockstep: the batch's envs step in subprocesses
+    use_async_envs: bool  # lockstep, same process: the vector env steps in subprocesses
     gl_backend: str  # MUJOCO_GL of this process and every worker
+    isolation: str = "process"  # lockstep: process (envs in env workers) | none (this process)
 
     def lockstep_options(self, cfg: RunConfig) -> LockstepOptions:
         assert self.mode == "lockstep" and self.envs_per_batch is not None
-        return LockstepOptions(self.envs_per_batch, self.use_async_envs, cfg.eval.max_parallel_tasks, video_plan(cfg))
+        pool = self._pool(cfg) if self.isolation == "process" and self.workers else None
+        return LockstepOptions(self.envs_per_batch, self.use_async_envs, cfg.eval.max_parallel_tasks, video_plan(cfg), pool)
 
     def pool_options(self, cfg: RunConfig) -> PoolOptions:
         assert self.mode == "continuous"
+        return self._pool(cfg)
+
+    def _pool(self, cfg: RunConfig) -> PoolOptions:
         return PoolOptions(
             workers=self.workers, slots_per_worker=self.slots_per_worker, placement=self.placement,
             max_retries=cfg.eval.max_retries, step_timeout_s=cfg.eval.step_timeout_s,
@@ -75,8 +82,14 @@ def default_slots(step_cost_ms: float, placement: str, workers: int) -> int:
 
 def decide_mode(cfg: RunConfig, policy: Any) -> str:
     per_slot = getattr(policy, "per_slot_state", True)  # third-party policies may duck-type Policy
+    same_process = cfg.eval.isolation == "none"
+    if same_process and cfg.eval.mode == "continuous":
+        raise ConfigError(
+            "--eval.isolation=none steps envs in this process, which only lockstep mode does; continuous mode always "
+            "steps them in worker processes: use --eval.mode=lockstep (or auto) with it, or drop it"
+        )
     if cfg.eval.mode == "auto":
-        return "continuous" if per_slot else "lockstep"
+        return "continuous" if per_slot and not same_process else "lockstep"
     if cfg.eval.mode == "continuous" and not per_slot:
         raise ConfigError(
             f"--eval.mode=continuous: policy {cfg.policy.type!r} keeps no per-slot state; use --eval.mode=lockstep or auto"
@@ -104,7 +117,16 @@ def decide(cfg: RunConfig, policy: Any, n_units: int, gl_backend: str) -> Schedu
                 f"--policy.max_batch_size={bound} is smaller than the lockstep batch of {envs} envs; in lockstep mode "
                 f"every policy call takes one row per env of the batch: lower --eval.batch_size instead"
             )
-        return Schedule("lockstep", "driver", 0, 0, envs, None, cfg.eval.use_async_envs, gl_backend)
+        if cfg.eval.isolation == "none":
+            return Schedule("lockstep", "driver", 0, 0, envs, None, cfg.eval.use_async_envs, gl_backend, "none")
+        if cfg.eval.use_async_envs:
+            log.info("--eval.use_async_envs: the batch's envs already step in env worker processes "
+                     "(--eval.isolation=process); it only picks AsyncVectorEnv with --eval.isolation=none")
+        # the envs of a batch spread over the workers of its task runner (one per parallel task)
+        requested = cfg.workers if isinstance(cfg.workers, int) else cpu_count()
+        workers = max(1, min(envs, requested // cfg.eval.max_parallel_tasks)) if n_units else 0
+        slots = math.ceil(envs / workers) if workers else 0
+        return Schedule("lockstep", "driver", workers, slots, envs, None, False, gl_backend, "process")
     if cfg.eval.batch_size is not None:
         log.warning(
             "--eval.batch_size=%d sets the envs of a lockstep batch (lerobot-eval's meaning); continuous mode runs "

@@ -1,17 +1,28 @@
 """Lockstep mode: lerobot-eval's way, task by task, a batch of envs reset together.
 
-A batch of `--eval.batch_size` envs of one task is reset with its units' seeds and stepped
-until every episode in it has ended; finished envs keep stepping (their results are
-masked), exactly as `lerobot-eval` does. This is the path for policies that cannot keep
-per-slot state, and the reference the continuous scheduler is checked against.
+A batch of `--eval.batch_size` envs of one task is reset with its units' seeds and
+stepped, one policy call over all its rows per step, until every episode in it has ended.
+This is the path for policies that cannot keep per-slot state, and the reference the
+continuous scheduler is checked against.
+
+Where the envs step (`LockstepOptions.pool`):
+- in env worker processes (`LockstepPool`, the default): the continuous scheduler's
+  workers in driver placement, so a crashing or hanging env costs only the episodes in
+  its worker (retried in a later batch of the task, then failed with the cause) and the
+  batch goes on; a finished or lost row keeps its last observation, so the policy still
+  sees every row of the batch in the same order;
+- in this process (`--eval.isolation=none`, for debugging): a gymnasium vector env,
+  finished envs stepped and masked exactly as `lerobot-eval` does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +37,9 @@ from rollbench.results.records import EpisodeRecord
 from rollbench.results.video import VideoRecorder
 from rollbench.rollout import EpisodeTracker, VideoPlan, grab_frame, split_vector_info
 from rollbench.scheduler.common import StepContext
+from rollbench.scheduler.pool import PoolOptions, WorkerHandle, WorkerPool, flat_layout
+from rollbench.scheduler.shm import stack_any
+from rollbench.scheduler.worker import SlotError
 
 
 @dataclass(frozen=True)
@@ -33,9 +47,10 @@ class LockstepOptions:
     """How lockstep mode runs its batches (decided once, in `scheduler.decide`)."""
 
     envs_per_batch: int  # --eval.batch_size: envs of one task reset and stepped together
-    use_async_envs: bool = False  # the batch's envs step in subprocesses (gymnasium's AsyncVectorEnv)
+    use_async_envs: bool = False  # same process: the vector env steps in subprocesses (AsyncVectorEnv)
     max_parallel_tasks: int = 1  # tasks run at once, in threads
     video: VideoPlan | None = None
+    pool: PoolOptions | None = None  # set: the envs step in env workers (per task runner); None: here
 
 
 def _by_task(units: Sequence[EpisodeUnit]) -> Iterator[list[EpisodeUnit]]:
@@ -55,12 +70,16 @@ def run_lockstep(
     by slot, and each task gets its own slots). Threads overlap well with async envs, whose
     steps wait on pipes.
     """
-    run = _Lockstep(ctx, opts, _Recording(opts.video, VideoRecorder()) if opts.video is not None else None)
+    filmed_here = opts.video is not None and opts.pool is None  # env workers film their own episodes
+    run = _Lockstep(ctx, opts, _Recording(opts.video, VideoRecorder()) if filmed_here and opts.video else None)
+    if opts.pool is not None:
+        run.layout = flat_layout(ctx, {u.task for u in units})
     tasks = list(_by_task(units))
     try:
         if opts.max_parallel_tasks <= 1 or len(tasks) <= 1:
-            for task_units in tasks:
-                yield from run.task(policy, task_units, 0, None)
+            with run.envs(0) as pool:
+                for task_units in tasks:
+                    yield from run.task(policy, pool, task_units, 0, None)
         else:
             yield from run.parallel(policy, tasks)
     finally:
@@ -100,13 +119,31 @@ class _Recording:
 class _Lockstep:
     ctx: StepContext
     opts: LockstepOptions
-    rec: _Recording | None
+    rec: _Recording | None  # videos of same-process batches (env workers film their own)
+    layout: Any = None  # env workers: the observation layout of every task
+
+    @contextlib.contextmanager
+    def envs(self, runner: int) -> Iterator[LockstepPool | None]:
+        """The env workers of one task runner (None: its envs step in this process)."""
+        if self.opts.pool is None:
+            yield None
+            return
+        pool = LockstepPool(self.ctx, self.opts.pool, self.layout, f"t{runner}-" if runner else "")
+        try:
+            pool.start()
+            yield pool
+        finally:
+            pool.close()
 
     def task(
-        self, policy: Policy, task_units: list[EpisodeUnit], slot_base: int, stop: threading.Event | None,
+        self, policy: Policy, pool: LockstepPool | None, task_units: list[EpisodeUnit], slot_base: int,
+        stop: threading.Event | None,
     ) -> Iterator[EpisodeRecord]:
-        """One task's units, batch after batch, in one vector env."""
+        """One task's units, batch after batch: in env workers, or in one vector env here."""
         n_envs = min(self.opts.envs_per_batch, len(task_units))
+        if pool is not None:
+            yield from pool.run_task(policy, task_units, n_envs, slot_base, stop)
+            return
         vec = self.ctx.benchmark.make_vector_env(task_units[0].task, n_envs, self.opts.use_async_envs)
         try:
             for start in range(0, len(task_units), n_envs):
@@ -122,22 +159,23 @@ class _Lockstep:
         todo = list(enumerate(tasks))
         lock = threading.Lock()
 
-        def runner() -> None:
-            while not stop.is_set():
-                with lock:
-                    if not todo:
-                        return
-                    index, task_units = todo.pop(0)
-                mine = copy.copy(policy)
-                try:
-                    for record in self.task(mine, task_units, index * self.opts.envs_per_batch, stop):
-                        out.put(("record", record))
-                except BaseException as err:  # handed to the consumer, which re-raises it
-                    out.put(("error", err))
-                    stop.set()
-                    return
+        def runner(number: int) -> None:
+            try:
+                with self.envs(number) as pool:
+                    while not stop.is_set():
+                        with lock:
+                            if not todo:
+                                return
+                            index, task_units = todo.pop(0)
+                        mine = copy.copy(policy)
+                        for record in self.task(mine, pool, task_units, index * self.opts.envs_per_batch, stop):
+                            out.put(("record", record))
+            except BaseException as err:  # handed to the consumer, which re-raises it
+                out.put(("error", err))
+                stop.set()
 
-        threads = [threading.Thread(target=runner, daemon=True) for _ in range(min(self.opts.max_parallel_tasks, len(tasks)))]
+        n_runners = min(self.opts.max_parallel_tasks, len(tasks))
+        threads = [threading.Thread(target=runner, args=(k,), daemon=True) for k in range(n_runners)]
         for t in threads:
             t.start()
         try:
@@ -195,3 +233,140 @@ class _Lockstep:
                     rec.recorder.finish((chunk[i].key, slot_base))
                     path = rec.plan.relpath(chunk[i])
                 yield trackers[i].record(worker="main", video_path=path)
+
+
+@dataclass
+class _Row:
+    """One row of a batch run by env workers: its unit, where it runs, its last observation."""
+
+    unit: EpisodeUnit
+    attempt: int
+    worker: int
+    slot: int
+    state: str = "resetting"  # resetting | running | over
+    obs: Any = None
+
+
+class LockstepPool(WorkerPool):
+    """Lockstep batches whose envs step in env workers (driver placement).
+
+    Row j of a batch runs in worker j % P, slot j // P, so a batch's envs are spread over
+    all workers and step in parallel. A row whose episode ended, failed or was lost with
+    its worker keeps its last observation in the batch; lost and failed units go to a
+    later batch of the same task (`run_task`), after its other batches.
+    """
+
+    def __init__(self, ctx: StepContext, opts: PoolOptions, layout: Any, tag: str) -> None:
+        super().__init__(ctx, opts, layout, tag)
+
+    def run_task(
+        self, policy: Policy, units: list[EpisodeUnit], n_envs: int, slot_base: int, stop: threading.Event | None,
+    ) -> Iterator[EpisodeRecord]:
+        todo: deque[tuple[EpisodeUnit, int]] = deque((u, 0) for u in units)
+        while todo:
+            if stop is not None and stop.is_set():
+                return
+            chunk = [todo.popleft() for _ in range(min(n_envs, len(todo)))]
+            again: list[tuple[EpisodeUnit, int]] = []
+            yield from self._batch(policy, chunk, n_envs, slot_base, again)
+            todo.extend(again)
+        for w in self.workers:
+            self.send(w, ("close_task", units[0].task))
+
+    def _batch(
+        self, policy: Policy, chunk: list[tuple[EpisodeUnit, int]], n_envs: int, slot_base: int,
+        again: list[tuple[EpisodeUnit, int]],
+    ) -> Iterator[EpisodeRecord]:
+        ctx, n_workers = self.ctx, len(self.workers)
+        rows = [_Row(u, a, j % n_workers, j // n_workers) for j, (u, a) in enumerate(chunk)]
+        where = {(r.worker, r.slot): r for r in rows}
+        for w in self.workers:
+            mine = [r for r in rows if r.worker == w.index]
+            if not mine:
+                continue
+            for r in mine:
+                w.slots[r.slot].append((r.unit, r.attempt))
+            self.send(w, ("assign", [(r.slot, r.unit, r.attempt) for r in mine]))
+            self._step(w, {})
+        yield from self._collect(where, again)
+        first = chunk[0][0]
+        slots = list(range(slot_base, slot_base + n_envs))
+        policy.reset(slots, [ctx.episode_start(r.unit) for r in rows] + [ctx.episode_start(first)] * (n_envs - len(rows)))
+        descriptions = [ctx.benchmark.task_description(first.task)] * n_envs
+        while any(r.state == "running" for r in rows):
+            filler = next(r.obs for r in rows if r.obs is not None)
+            lead = rows[0].obs if rows[0].obs is not None else filler
+            # a short batch is padded to its shape with the first row's observation
+            obs = [r.obs if r.obs is not None else filler for r in rows] + [lead] * (n_envs - len(rows))
+            actions = ctx.act(policy, stack_any(obs), slots, descriptions)
+            for w in self.workers:
+                step = {r.slot: actions[j] for j, r in enumerate(rows) if r.worker == w.index and r.state == "running"}
+                if step:
+                    self._step(w, step)
+            yield from self._collect(where, again)
+
+    def _step(self, w: WorkerHandle, actions: dict[int, Any]) -> None:
+        self.send(w, ("step", actions))
+        w.inflight = True
+
+    def _collect(self, where: dict[tuple[int, int], _Row], again: list[tuple[EpisodeUnit, int]]) -> Iterator[EpisodeRecord]:
+        """Wait for every worker in flight; account what happened to each row."""
+        while True:
+            waiting = [w for w in self.workers if w.inflight]
+            if not waiting:
+                return
+            for w, msg in self.receive(waiting, timeout=0.5):
+                if msg[0] == "stepped":
+                    w.inflight = False
+                    w.reported = True
+                    yield from self._absorb(w, msg[1], where, again)
+                elif msg[0] == "fatal":
+                    self.fatal(msg)
+                elif msg[0] == "lost":
+                    loss = self.bury(w, msg[1])
+                    for slot, unit, attempt in loss.charged:
+                        where[(w.index, slot)].state = "over"
+                        yield from self._retry(unit, attempt, loss.error(unit), f"w{w.index}", again)
+                    for slot, unit, attempt in loss.interrupted:
+                        where[(w.index, slot)].state = "over"
+                        again.append((unit, attempt))
+
+    def _absorb(
+        self, w: WorkerHandle, report: Any, where: dict[tuple[int, int], _Row], again: list[tuple[EpisodeUnit, int]],
+    ) -> Iterator[EpisodeRecord]:
+        for event in report.events:
+            if event[0] == "started":
+                w.started[event[1]] = True
+                where[(w.index, event[1])].state = "running"
+            elif event[0] == "record":
+                slot, record = event[1], event[2]
+                unit, _ = w.slots[slot].popleft()
+                assert unit.key == record.key, (unit.key, record.key)
+                w.started[slot] = False
+                where[(w.index, slot)].state = "over"
+                yield record
+            else:
+                err: SlotError = event[1]
+                unit, attempt = w.slots[err.slot].popleft()
+                w.started[err.slot] = False
+                where[(w.index, err.slot)].state = "over"
+                error = f"error in worker {w.index} on {unit.label()}: {err.error}"
+                yield from self._retry(unit, attempt, error, f"w{w.index}", again)
+        running = [slot for slot in report.running if where.get((w.index, slot)) is not None]
+        if not running:
+            return
+        if self.layout is not None:
+            data = w.buffer.read(running)
+            for n, slot in enumerate(running):
+                where[(w.index, slot)].obs = {k: v[n] for k, v in data.items()} if isinstance(data, dict) else data[n]
+        else:
+            for slot in running:
+                where[(w.index, slot)].obs = report.obs[slot]
+
+    def _retry(
+        self, unit: EpisodeUnit, attempt: int, error: str, worker: str, again: list[tuple[EpisodeUnit, int]],
+    ) -> Iterator[EpisodeRecord]:
+        if attempt < self.opts.max_retries:
+            again.append((unit, attempt + 1))
+        else:
+            yield EpisodeRecord.failed(unit, error, worker, attempt, 0.0)
