@@ -98,6 +98,27 @@ def test_an_actor_killed_by_an_episode_costs_only_that_episode(cli, cluster, tmp
     assert counts["requeued_units"] >= 1  # batch-mates of the first death ran again, alone
 
 
+def test_an_actor_whose_env_hangs_is_killed_and_costs_only_that_episode(cli, cluster, tmp_path: Path) -> None:
+    """Seed 1002 hangs in its first step: the driver sees the actor's heartbeat go stale,
+    kills it after --eval.step_timeout_s; the batch-mates finish, the hung one fails."""
+    base = ("eval", "--env.type=faulty", "--env.task=near", "--env.hang_seed=1002", "--policy.type=expert",
+            "--eval.n_episodes=6", "--ray.units_per_call=3", "--eval.step_timeout_s=2")
+    os.environ["ROLLBENCH_PLUGINS"] = "faulty_bench"
+    try:
+        cli(*base, "--eval.max_retries=0", f"--output_dir={tmp_path / 'local'}")
+        res = cli(*base, "--executor=ray", "--eval.max_retries=1", f"--output_dir={tmp_path / 'ray'}")
+    finally:
+        del os.environ["ROLLBENCH_PLUGINS"]
+    assert res.rc == 1, res.err
+    info = load_info(tmp_path / "ray")
+    (task,) = info["per_task"]
+    assert [f["episode_index"] for f in task["failed"]] == [2]
+    assert "step_timeout_s" in task["failed"][0]["error"] and "hang" in task["failed"][0]["error"]
+    local = per_episode(tmp_path / "local")
+    assert {k: v for k, v in local.items() if k[2] != 2} == per_episode(tmp_path / "ray")
+    assert info["scheduling"]["counts"]["actor_deaths"] == 3  # its first batch, then alone twice
+
+
 def test_an_actor_that_cannot_start_is_reported_once(cli, cluster, tmp_path: Path) -> None:
     res = cli("eval", "--env.type=fake", "--policy.type=module", "--policy.path=helpers_policies:fails_in_ray_actors",
               "--policy.placement=worker", "--eval.n_episodes=2", "--executor=ray", f"--output_dir={tmp_path}")

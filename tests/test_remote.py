@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -220,7 +221,8 @@ def _run(out: Path, url: str, *flags: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "rollbench", "eval", *FAKE, "--eval.n_episodes=10", "--env.step_sleep_s=0.01",
          "--eval.max_episodes_rendered=0", "--policy.type=remote", f"--policy.url={url}", "--policy.replan_steps=1",
-         "--policy.timeout_s=5", "--policy.connect_retries=0", "--workers=2", f"--output_dir={out}", *flags],
+         "--policy.timeout_s=5", "--workers=2", f"--output_dir={out}", *flags,
+         *([] if any(f.startswith("--policy.connect_retries") for f in flags) else ["--policy.connect_retries=0"])],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=REPO,
     )
 
@@ -229,8 +231,53 @@ def _logged(out: Path) -> int:
     return sum(len(p.read_text().splitlines()) for p in out.glob("episodes/*.jsonl"))
 
 
+def _kill_when_logged(out: Path, server: subprocess.Popen[Any], run: subprocess.Popen[str], n: int = 6) -> None:
+    deadline = time.monotonic() + 60
+    while _logged(out) < n and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.05)
+    if not n <= _logged(out) < 30:
+        run.kill()
+        pytest.fail(f"the run ended before the server could be killed: {run.communicate()[1][-2000:]}")
+    server.send_signal(signal.SIGKILL)
+    server.wait(10)
+
+
 @pytest.mark.slow
-def test_server_killed_mid_run_stops_the_run_and_the_rerun_resumes_exactly(cli, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("protocol", "placement"), [("openpi", "worker"), ("vla-eval", "worker"), ("openpi", "driver"), ("openpi", "lockstep")],
+)
+def test_a_server_restarted_mid_run_costs_only_a_rerun_of_the_episodes_in_flight(
+    cli, tmp_path: Path, protocol: str, placement: str,
+) -> None:
+    """The episodes in flight lost their server-side state: they run again from their start
+    on a new connection (one retry each), the rest goes on; the results equal a clean run."""
+    ref = _eval(cli, tmp_path / "ref", "--policy.type=random", "--eval.n_episodes=10", "--env.step_sleep_s=0.01", "--workers=2")
+    assert ref.rc == 0, ref.err
+    port = free_port()
+    flags = ["--policy.type=random", "--env.type=fake", "--serve.max_wait_ms=1"]
+    server = serve_process(port, *flags)
+    out = tmp_path / "o"
+    # backoff 0.5 + 1 + 2 + 4 + 8 s: time for a fresh server to start here
+    # 2 slots per worker: episodes still to start when the server goes (all 30 fit in the default 16 x 2)
+    where = (["--eval.mode=lockstep", "--eval.batch_size=3"] if placement == "lockstep"
+             else [f"--policy.placement={placement}", "--slots_per_worker=2"])
+    run = _run(out, f"ws://127.0.0.1:{port}", "--policy.connect_retries=5", f"--policy.protocol={protocol}", *where)
+    try:
+        _kill_when_logged(out, server, run)
+        server = serve_process(port, *flags)
+        _, err = run.communicate(timeout=120)
+    finally:
+        server.kill()
+        run.kill()
+    assert run.returncode == 0, err
+    assert per_episode(out) == per_episode(tmp_path / "ref")
+    lines = [json.loads(ln) for p in out.glob("episodes/*.jsonl") for ln in p.read_text().splitlines()]
+    assert len(lines) == 30 and all(r["status"] == "ok" for r in lines)  # each episode logged once
+    assert any(r["attempt"] >= 1 for r in lines)  # the ones in flight ran again
+
+
+@pytest.mark.slow
+def test_a_server_that_does_not_come_back_stops_the_run_and_the_rerun_resumes_exactly(cli, tmp_path: Path) -> None:
     ref = _eval(cli, tmp_path / "ref", "--policy.type=random", "--eval.n_episodes=10", "--env.step_sleep_s=0.01", "--workers=2")
     assert ref.rc == 0, ref.err
     port = free_port()
@@ -239,18 +286,15 @@ def test_server_killed_mid_run_stops_the_run_and_the_rerun_resumes_exactly(cli, 
     url = f"ws://127.0.0.1:{port}"
     run = _run(tmp_path / "o", url)
     try:
-        deadline = time.monotonic() + 60
-        while _logged(tmp_path / "o") < 6 and time.monotonic() < deadline and run.poll() is None:
-            time.sleep(0.05)
-        assert 6 <= _logged(tmp_path / "o") < 30, "the run ended before the server could be killed"
-        server.send_signal(signal.SIGKILL)
+        _kill_when_logged(tmp_path / "o", server, run)
         _, err = run.communicate(timeout=60)
     finally:
         server.kill()
         run.kill()
     assert run.returncode == 1, err
     errors = [ln for ln in err.splitlines() if ln.startswith("rollbench: error:")]
-    assert len(errors) == 1 and f"policy server {url}" in errors[0] and "rerunning the same command resumes" in errors[0], err
+    assert len(errors) == 1 and url in errors[0] and "cannot connect" in errors[0], err
+    assert "rerunning the same command resumes" in errors[0]
     server = serve_process(port, *flags)
     try:
         again = _run(tmp_path / "o", url)

@@ -36,6 +36,19 @@ class PolicyError(RollbenchError):
     """A policy misbehaved during a run (wrong action shape, NaN actions, raised)."""
 
 
+class EpisodesLost(RollbenchError):
+    """The policy lost the state of the episodes on `slots` (its server restarted, say):
+    those episodes cannot go on, but the policy can start new ones. The schedulers run
+    them again from their start; each retry uses up one of `--eval.max_retries`."""
+
+    def __init__(self, message: str, slots: Iterable[int]) -> None:
+        super().__init__(message)
+        self.slots = tuple(int(s) for s in slots)
+
+    def __reduce__(self) -> tuple[object, ...]:  # crosses process boundaries (Ray actors)
+        return (EpisodesLost, (str(self), self.slots))
+
+
 class WorkerError(RollbenchError):
     """A worker process failed; carries the remote traceback, the worker and the unit."""
 

@@ -15,6 +15,13 @@ failed), as in the local scheduler. An actor that fails in `__init__` (a package
 a node) stops the run with the node's error, once. Ray's own `ActorPool` does not requeue,
 hence this loop.
 
+A hung env never returns from its call, so the driver asks every busy actor, about once a
+second and in a concurrency group of its own (`watch`, a second thread of the actor), how
+long ago its worker last showed a sign of life (the same heartbeat the local workers
+write). An actor silent for longer than `--eval.step_timeout_s` is killed; its units then
+go the way of any dead actor's (the hung one, alone again, is charged and ends failed with
+"hang" in its cause).
+
 The episode of a unit is the same function of (task, episode index, seed, policy) as in
 the local executor: the actor runs the same worker code, so per-episode results are equal.
 """
@@ -94,6 +101,7 @@ class RolloutActor:
         os.close(fd)
         SlotBuffer(None, n_slots, path, create=True)
         self.buffer_path = path
+        self.watch = SlotBuffer(None, n_slots, path)  # the worker's heartbeat, read by `silent_s`
         spec = WorkerSpec(
             index=0, n_slots=n_slots, benchmark=cfg.env, policy=cfg.policy, layout=None, buffer_path=path,
             log_path=os.devnull, gl_backend=gl_backend, video=video_plan(cfg),
@@ -104,14 +112,23 @@ class RolloutActor:
         torch = sys.modules.get("torch")
         if torch is not None:
             torch.set_num_threads(threads)
+        self.worker.buffer.touch()  # alive: `silent_s` counts from here until the first call starts
 
     def where(self) -> str:
         import socket
 
         return f"{socket.gethostname()} pid {os.getpid()}"
 
+    def silent_s(self) -> float:
+        """Seconds since the worker's last sign of life (called in the `watch` group, while
+        `run` may be stuck in an env)."""
+        import time
+
+        return time.monotonic() - float(self.watch.beat[0])
+
     def run(self, batch: list[tuple[EpisodeUnit, int]]) -> tuple[list[EpisodeRecord], list[tuple[EpisodeUnit, int, str]]]:
         """Run `batch` [(unit, attempt)] on the slots; (records, [(unit, attempt, error)])."""
+        self.worker.buffer.touch()  # a call starts: the clock of `silent_s` starts again
         n = len(self.worker.slots)
         self.inbox.messages.append(("assign", [(i % n, unit, attempt) for i, (unit, attempt) in enumerate(batch)]))
         self.worker.run_worker_placement()
@@ -145,6 +162,8 @@ class _Actor:
     holds_suspect: bool = False  # its one call in flight is a suspect, alone: nothing queues behind it
     answered: bool = False
     last_task: str | None = None
+    probe: Any = None  # a `silent_s` call in flight
+    hung: str | None = None  # why the driver killed it
 
 
 @dataclass
@@ -219,7 +238,8 @@ class RayExecutor(Executor):
     def _spawn(self, index: int, generation: int) -> _Actor:
         assert self.plan is not None and self.cfg is not None
         p = self.plan
-        remote = self.ray.remote(num_cpus=p.cpus_per_actor, num_gpus=p.gpus_per_actor, max_restarts=0)(RolloutActor)
+        remote = self.ray.remote(num_cpus=p.cpus_per_actor, num_gpus=p.gpus_per_actor, max_restarts=0,
+                                 concurrency_groups={"watch": 1})(RolloutActor)
         handle = remote.remote(self.cfg, p.slots_per_actor, p.gl_backend, max(1, int(p.cpus_per_actor)))
         p.counts["actors_started"] += 1
         return _Actor(index, handle, generation)
@@ -260,6 +280,7 @@ class RayExecutor(Executor):
                     a.calls += 1
                     a.holds_suspect = alone
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
+            self._watch()
             for ref in ready:
                 a, batch, alone = inflight.pop(ref)
                 a.calls -= 1
@@ -276,7 +297,8 @@ class RayExecutor(Executor):
                         elif attempt < max_retries:  # it took its actor down alone: that costs it a retry
                             suspects.append((unit, attempt + 1))
                         else:
-                            cause = f"ray actor {a.index} died while running {unit.label()}: {_first_line(err)}"
+                            how = a.hung or f"died while running {unit.label()}: {_first_line(err)}"
+                            cause = f"ray actor {a.index} {how}"
                             yield EpisodeRecord.failed(unit, cause, f"ray{a.index}", attempt)
                     continue
                 except ray.exceptions.RayTaskError as err:
@@ -286,6 +308,29 @@ class RayExecutor(Executor):
                 for unit, attempt, error in errors:
                     yield from give_up_or_retry(unit, attempt, f"error in ray actor {a.index} on {unit.label()}: {error}",
                                                 f"ray{a.index}")
+
+    def _watch(self) -> None:
+        """Kill the busy actors whose worker has been silent for longer than
+        --eval.step_timeout_s (a hung env); their calls then fail as a death does."""
+        assert self.cfg is not None
+        limit = self.cfg.eval.step_timeout_s
+        for a in self.actors:
+            if a.probe is None:
+                if a.calls and a.hung is None:
+                    a.probe = a.handle.silent_s.options(concurrency_group="watch").remote()
+                continue
+            done, _ = self.ray.wait([a.probe], timeout=0)
+            if not done:
+                continue
+            probe, a.probe = a.probe, None
+            try:
+                silent = float(self.ray.get(probe))
+            except Exception:  # dead already: its calls say so
+                continue
+            if a.calls and silent > limit:
+                a.hung = f"made no progress for {limit:g}s (--eval.step_timeout_s; hang)"
+                log.warning("ray actor %d %s; killing it", a.index, a.hung)
+                self.ray.kill(a.handle, no_restart=True)
 
     def _died(self, a: _Actor, err: Exception, fruitless: int) -> int:
         """Replace a dead actor (once per death); the run stops when an actor cannot start, or

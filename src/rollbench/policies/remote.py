@@ -11,10 +11,14 @@ a greeting both dialects accept), vla-eval otherwise.
 The requests of all the slots a call needs are sent before any reply is awaited, so a
 server that batches (`rollbench serve`) sees them together. Every wait is bounded by
 `--policy.timeout_s` of silence; connecting retries with backoff. A lost, silent or failing
-server mid-run raises `RemoteError` (a `PolicyError`): the run stops, its finished episodes
-are in the log, and rerunning the command resumes — the interrupted episodes run again
-from their start. It does not reconnect mid-episode: a server that restarted has lost the
-episode's state (a chunk queue, a session), and the episode would silently change.
+server mid-run: a lost connection raises `EpisodesLost` for the episodes in flight (a
+server that restarted has lost their state — a session, a history — so they cannot go
+on) and the next request connects again, with the same retries and backoff: the
+schedulers run those episodes again from their start, each retry one of
+`--eval.max_retries`. A server that does not come back within the retries, one that
+stays silent past `--policy.timeout_s`, or one that answers with an error raises
+`RemoteError` (a `PolicyError`): the run stops, its finished episodes are in the log, and
+rerunning the command resumes.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rollbench.config.fields import build, opt
-from rollbench.errors import ConfigError, PolicyError, did_you_mean
+from rollbench.errors import ConfigError, EpisodesLost, PolicyError, did_you_mean
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext
 from rollbench.remote.keys import PROMPT_KEY, KeyMap, parse_keys
 from rollbench.remote.wire import (
@@ -53,7 +57,11 @@ GREETING_WAIT_S = 1.0  # auto: how long to wait for a server that speaks first (
 
 
 class RemoteError(PolicyError):
-    """The policy server failed, went silent or went away during a run."""
+    """The policy server failed, went silent or could not be reached again during a run."""
+
+
+class LinkLost(Exception):
+    """The connection broke (not a timeout, not an error frame): the server may be back soon."""
 
 
 @dataclass(frozen=True)
@@ -145,7 +153,7 @@ class Link:
         try:
             self.ws.send(data)
         except Exception as err:
-            raise RemoteError(f"policy server {self.opts.url}: connection lost while sending ({type(err).__name__}: {err}); {RERUN}") from None
+            raise LinkLost(f"policy server {self.opts.url}: connection lost while sending ({type(err).__name__}: {err})") from None
 
     def recv(self, what: str) -> Any:
         """The next frame, decoded; RemoteError after `timeout_s` of silence or on loss."""
@@ -156,7 +164,7 @@ class Link:
                 f"policy server {self.opts.url} sent no {what} within {self.opts.timeout_s:g} s (--policy.timeout_s); {RERUN}"
             ) from None
         except Exception as err:
-            raise RemoteError(f"policy server {self.opts.url}: connection lost waiting for {what} ({type(err).__name__}: {err}); {RERUN}") from None
+            raise LinkLost(f"policy server {self.opts.url}: connection lost waiting for {what} ({type(err).__name__}: {err})") from None
         return self._decode(frame)
 
     def envelope(self, kind: MessageType, payload: dict[str, Any]) -> int:
@@ -198,6 +206,7 @@ class RemotePolicy(Policy):
         self._episodes: dict[int, tuple[EpisodeStart, str]] = {}
         self._links: dict[int, Link] = {}  # vla-eval: one per slot
         self._spare: list[Link] = []
+        self._stale: set[int] = set()  # slots whose episode the server lost with a connection
         self._count = 0
         first = Link(self.opts, self.api_key)
         wait = GREETING_WAIT_S if self.opts.protocol == "auto" else (self.opts.timeout_s if self.opts.protocol == "openpi" else None)
@@ -242,12 +251,47 @@ class RemotePolicy(Policy):
                 self._links[slot] = link
         return self._links[slot]
 
+    def _openpi_link(self) -> Link:
+        if self.link is None:  # the last one broke: connect again (with retries and backoff)
+            link = Link(self.opts, self.api_key)
+            try:
+                link.open(self.opts.timeout_s)
+            except ConfigError as err:
+                link.close()
+                raise RemoteError(f"{err}; {RERUN}") from None
+            if link.greeting is None:
+                link.close()
+                raise RemoteError(f"policy server {self.opts.url} sent no metadata after reconnecting; {RERUN}")
+            self.link = link
+            log.warning("remote policy %s: connected again", self.opts.url)
+        return self.link
+
+    def _lose_everything(self) -> None:
+        """A connection broke: every episode this policy runs lost its server-side state."""
+        self._stale.update(self._episodes)
+        self._queues.clear()
+        for link in [*self._links.values(), *self._spare, *([self.link] if self.link else [])]:
+            link.close()
+        self._links, self._spare, self.link = {}, [], None
+
     # -- the policy protocol -----------------------------------------------------------
     def reset(self, slots: Sequence[int], episodes: Sequence[EpisodeStart]) -> None:
+        try:
+            self._reset(slots, episodes)
+        except LinkLost:  # nothing ran yet in these episodes: start them on a new connection
+            self._lose_everything()
+            try:
+                self._reset(slots, episodes)
+            except LinkLost as err:
+                self._lose_everything()
+                raise RemoteError(f"{err}; {RERUN}") from None
+
+    def _reset(self, slots: Sequence[int], episodes: Sequence[EpisodeStart]) -> None:
         for slot, ep in zip(slots, episodes, strict=True):
             self._queues.pop(slot, None)
+            self._stale.discard(slot)
             self._count += 1
-            had = slot in self._episodes
+            had = slot in self._links
             self._episodes[slot] = (ep, f"{os.getpid()}-{slot}-{self._count}")
             if self.dialect == "vla-eval":
                 link = self._link_for(slot)
@@ -260,9 +304,16 @@ class RemotePolicy(Policy):
         return {"name": ep.task, "suite": ep.task_group, "description": ep.description, "seed": ep.seed, "episode_index": ep.episode_index}
 
     def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
+        stale = [s for s in slots if s in self._stale]
+        if stale:
+            raise EpisodesLost(f"policy server {self.opts.url}: the connection of these episodes broke", stale)
         dry = [j for j, s in enumerate(slots) if not self._queues.get(s)]
         if dry:
-            chunks = self._request(batch, slots, dry)
+            try:
+                chunks = self._request(batch, slots, dry)
+            except LinkLost as err:
+                self._lose_everything()
+                raise EpisodesLost(f"{err}; its episodes run again on a new connection", slots) from None
             for j, chunk in zip(dry, chunks, strict=True):
                 self._queues[slots[j]] = deque(chunk[: self.opts.replan_steps])
         return np.stack([self._queues[s].popleft() for s in slots])
@@ -273,15 +324,15 @@ class RemotePolicy(Policy):
     def _request(self, batch: Mapping[str, Any], slots: Sequence[int], rows: list[int]) -> list[np.ndarray]:
         descriptions = list(batch.get("task", [""] * len(slots)))
         if self.dialect == "openpi":
-            assert self.link is not None
+            link = self._openpi_link()
             for j in rows:
                 ep, ep_id = self._episode(slots[j])
                 req = self.keymap.to_wire(self._row(batch, j))
                 req[PROMPT_KEY["openpi"]] = descriptions[j]
                 req["task"] = ep.task
                 req["episode"] = {"id": ep_id, "slot": int(slots[j]), "task_group": ep.task_group, "seed": ep.seed, "episode_index": ep.episode_index}
-                self.link.send(packb(req, "openpi"))
-            return [self._chunk(self.link.recv("reply"), slots[j]) for j in rows]
+                link.send(packb(req, "openpi"))
+            return [self._chunk(link.recv("reply"), slots[j]) for j in rows]
         seqs = []
         for j in rows:
             obs = self.keymap.to_wire(self._row(batch, j))
@@ -332,7 +383,7 @@ class RemotePolicy(Policy):
         for link in self._links.values():
             try:
                 link.envelope(MessageType.EPISODE_END, {})
-            except RemoteError:
+            except (RemoteError, LinkLost):
                 pass
         for link in [*self._links.values(), *self._spare, *([self.link] if self.link else [])]:
             link.close()

@@ -12,7 +12,7 @@ import numpy as np
 
 from rollbench.config.env import BenchmarkConfig
 from rollbench.config.policy import PolicyConfig
-from rollbench.errors import PolicyError
+from rollbench.errors import EpisodesLost, PolicyError
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext, check_actions, make_policy
 
@@ -79,9 +79,39 @@ class StepContext:
         batch["task"] = list(descriptions)
         try:
             raw = policy.act(batch, slots)
-        except PolicyError:
+        except (PolicyError, EpisodesLost):  # EpisodesLost: the scheduler runs those episodes again
             raise
         except Exception as err:  # the policy's own bug: name it, keep the cause for --debug
             raise PolicyError(f"policy {self.policy_name()} raised {type(err).__name__}: {err}") from err
         actions = post(np.asarray(raw))
         return check_actions(actions, len(slots), self.action_space, self.policy_name())
+
+
+def take_rows(batch: Any, rows: Sequence[int]) -> Any:
+    """Rows `rows` of a batched observation (arrays, or dicts of them)."""
+    if isinstance(batch, dict):
+        return {k: take_rows(v, rows) for k, v in batch.items()}
+    return np.asarray(batch)[np.asarray(rows, dtype=np.intp)]
+
+
+def act_surviving(
+    ctx: StepContext, policy: Policy, batch: Any, slots: Sequence[int], descriptions: Sequence[str],
+) -> tuple[dict[int, np.ndarray], dict[int, str]]:
+    """({row: action}, {row: why}): actions for the rows whose episodes the policy still
+    has; rows it lost (`EpisodesLost`) are named with the reason, and the call is made
+    again without them."""
+    rows = list(range(len(slots)))
+    lost: dict[int, str] = {}
+    while rows:
+        part = batch if len(rows) == len(slots) else take_rows(batch, rows)
+        try:
+            out = ctx.act(policy, part, [slots[r] for r in rows], [descriptions[r] for r in rows])
+        except EpisodesLost as err:
+            gone = {r for r in rows if slots[r] in err.slots}
+            if not gone:
+                raise PolicyError(f"policy {ctx.policy_name()} lost episodes of slots it was not asked about: {err}") from None
+            lost.update({r: str(err) for r in gone})
+            rows = [r for r in rows if r not in gone]
+            continue
+        return dict(zip(rows, out, strict=True)), lost
+    return {}, lost

@@ -29,7 +29,7 @@ import numpy as np
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
 from rollbench.results.records import EpisodeRecord
-from rollbench.scheduler.common import StepContext, cpu_count, driver_threads
+from rollbench.scheduler.common import StepContext, act_surviving, cpu_count, driver_threads
 from rollbench.scheduler.pool import PoolOptions, WorkerHandle, WorkerPool, flat_layout
 from rollbench.scheduler.shm import stack_any
 from rollbench.scheduler.worker import Report, SlotError
@@ -278,17 +278,24 @@ class ContinuousScheduler(WorkerPool):
                 descriptions.append(self.ctx.benchmark.task_description(w.slots[i][0][0].task))
                 owners.append((w, i))
         actions: dict[int, dict[int, Any]] = {w.index: {} for w in group}
+        abandon: dict[int, list[tuple[int, str]]] = {w.index: [] for w in group}
         if slots:
             batch = _concat(parts) if self.layout is not None else stack_any(parts)
             bound = self.opts.max_rows_per_call or len(slots)
-            outs = []
             for lo in range(0, len(slots), bound):  # --policy.max_batch_size bounds a call (e.g. GPU memory)
-                part = batch if bound >= len(slots) else _rows(batch, lo, lo + bound)
-                outs.append(self.ctx.act(self.policy, part, slots[lo : lo + bound], descriptions[lo : lo + bound]))
-            out = outs[0] if len(outs) == 1 else np.concatenate(outs)
-            for (w, i), a in zip(owners, out, strict=True):
-                actions[w.index][i] = a
+                hi = min(lo + bound, len(slots))
+                part = batch if bound >= len(slots) else _rows(batch, lo, hi)
+                # episodes the policy lost (its server restarted) end as errors and run again
+                got, lost = act_surviving(self.ctx, self.policy, part, slots[lo:hi], descriptions[lo:hi])
+                for r, a in got.items():
+                    w, i = owners[lo + r]
+                    actions[w.index][i] = a
+                for r, why in lost.items():
+                    w, i = owners[lo + r]
+                    abandon[w.index].append((i, why))
         for w in group:
+            if abandon[w.index]:
+                self.send(w, ("abandon", abandon[w.index]))
             self._send_step(w, actions[w.index])
 
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from rollbench.benchmarks.frames import RENDER_VIDEO
 from rollbench.config.env import set_episode_index
+from rollbench.errors import EpisodesLost
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
 from rollbench.results.records import EpisodeRecord
@@ -298,7 +299,17 @@ class LockstepPool(WorkerPool):
             lead = rows[0].obs if rows[0].obs is not None else filler
             # a short batch is padded to its shape with the first row's observation
             obs = [r.obs if r.obs is not None else filler for r in rows] + [lead] * (n_envs - len(rows))
-            actions = ctx.act(policy, stack_any(obs), slots, descriptions)
+            try:
+                actions = ctx.act(policy, stack_any(obs), slots, descriptions)
+            except EpisodesLost as lost:
+                # the policy's state is the batch's: every running row starts again, later
+                for w in self.workers:
+                    ended = [(r.slot, str(lost)) for r in rows if r.worker == w.index and r.state == "running"]
+                    if ended:
+                        self.send(w, ("abandon", ended))
+                        self._step(w, {})
+                yield from self._collect(where, again)
+                return
             for w in self.workers:
                 step = {r.slot: actions[j] for j, r in enumerate(rows) if r.worker == w.index and r.state == "running"}
                 if step:

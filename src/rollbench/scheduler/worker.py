@@ -5,6 +5,8 @@ Messages from the driver (a `multiprocessing` pipe):
     ("assign", [(slot, unit, attempt), ...])   queue units on slots
     ("step", {slot: action})                    driver placement: step those slots, reply
     ("close_task", task)                        no unit of `task` is left: free its envs
+    ("abandon", [(slot, why), ...])             the policy lost those slots' episodes: end them
+                                                as errors (reported with the next step's reply)
     ("stop",)
 
 Replies: ("stepped", Report) in driver placement; ("report", Report) whenever episodes end
@@ -30,7 +32,7 @@ from typing import Any
 
 from rollbench.config.env import BenchmarkConfig, set_episode_index
 from rollbench.config.policy import PolicyConfig
-from rollbench.errors import RollbenchError
+from rollbench.errors import EpisodesLost, PolicyError, RollbenchError
 from rollbench.plan import EpisodeUnit
 from rollbench.rendering import apply_backend, gl_failure_hint
 from rollbench.results.video import VideoRecorder
@@ -104,6 +106,7 @@ class Worker:
         self.base_slot = spec.index * spec.n_slots
         self.videos = VideoRecorder() if spec.video is not None else None
         self._local = SlotBuffer(spec.layout, spec.n_slots)  # private: stacking in worker placement
+        self._pending = Report()  # events to send with the next reply (abandoned episodes)
 
     # -- envs ------------------------------------------------------------------------
     def _env_for(self, task: str) -> Any:
@@ -147,6 +150,18 @@ class Worker:
             self.videos.drop(slot.video_key)
             slot.video_key = None
         self._drop(slot)
+
+    def _abandon(self, i: int, why: str, report: Report) -> None:
+        """Slot i's episode cannot go on (the policy lost its state): an error for the
+        driver to retry; the env is fine and stays for the slot's next episode."""
+        slot = self.slots[i]
+        if slot.tracker is None:
+            return
+        report.events.append(("error", SlotError(i, slot.tracker.unit, slot.attempt, f"{self.name}: {why}")))
+        slot.tracker = None
+        if slot.video_key is not None and self.videos is not None:
+            self.videos.drop(slot.video_key)
+            slot.video_key = None
 
     def _start(self, i: int, report: Report) -> None:
         """Reset slot i into its next queued unit (task affinity: reuse its env if same task)."""
@@ -253,8 +268,11 @@ class Worker:
                 self.slots[slot].queue.append((unit, attempt))
         elif kind == "close_task":
             self.close_task(msg[1])
+        elif kind == "abandon":
+            for i, why in msg[1]:
+                self._abandon(i, why, self._pending)
         elif kind == "step":
-            report = Report()
+            report, self._pending = self._pending, Report()
             for i, action in msg[1].items():
                 self._step(i, action, report)
             for i in range(len(self.slots)):
@@ -291,9 +309,17 @@ class Worker:
                 obs = [self.slots[i].obs for i in running]
                 batch = self._stack(obs) if layout is not None else _stack_any(obs)
                 descriptions = [self.bench.task_description(self.slots[i].task or "") for i in running]
-                actions = self.ctx.act(self.policy, batch, [self.base_slot + i for i in running], descriptions)
-                for j, i in enumerate(running):
-                    self._step(i, actions[j], report)
+                try:
+                    actions = self.ctx.act(self.policy, batch, [self.base_slot + i for i in running], descriptions)
+                except EpisodesLost as lost:
+                    gone = [i for i in running if self.base_slot + i in lost.slots]
+                    if not gone:
+                        raise PolicyError(f"policy lost episodes of slots it was not asked about: {lost}") from None
+                    for i in gone:  # the others are asked again in the next round
+                        self._abandon(i, str(lost), report)
+                else:
+                    for j, i in enumerate(running):
+                        self._step(i, actions[j], report)
             if report:
                 self.conn.send(("report", report))
 
