@@ -48,7 +48,7 @@ def test_ray_equals_local_on_the_fake_benchmark(cli, cluster, tmp_path: Path, lo
     assert per_episode(tmp_path) == local_fake
     info = load_info(tmp_path)
     assert info["mode"] == "ray" and info["scheduling"]["actors"] == 2
-    assert info["scheduling"]["counts"] == {"actors_started": 2, "actor_deaths": 0, "requeued_units": 0}
+    assert info["scheduling"]["counts"] == {"actors_started": 2, "actor_deaths": 0, "requeued_units": 0, "videos_uploaded": 0}
     # only the driver writes the log: one writer, every unit once
     recs = read_records(tmp_path)
     assert len(recs) == 15 and len({r.writer for r in recs}) == 1
@@ -117,6 +117,24 @@ def test_an_actor_whose_env_hangs_is_killed_and_costs_only_that_episode(cli, clu
     local = per_episode(tmp_path / "local")
     assert {k: v for k, v in local.items() if k[2] != 2} == per_episode(tmp_path / "ray")
     assert info["scheduling"]["counts"]["actor_deaths"] == 3  # its first batch, then alone twice
+
+
+def test_videos_sent_back_to_the_driver_are_where_the_report_expects_them(cli, cluster, tmp_path: Path) -> None:
+    """--ray.upload_videos=true (auto does it for actors on another host): each video comes
+    back with its call's records and the driver writes it under --output_dir."""
+    import av
+
+    res = cli(*FAKE, "--executor=ray", "--eval.max_episodes_rendered=2", "--ray.upload_videos=true",
+              f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    info = load_info(tmp_path)
+    videos = info["overall"]["video_paths"]
+    assert len(videos) == 6  # 2 per task
+    assert info["scheduling"]["counts"]["videos_uploaded"] == 6
+    for v in videos:
+        with av.open(str(tmp_path / v)) as container:
+            assert sum(1 for _ in container.decode(video=0)) > 1
+    assert not list(tmp_path.glob("videos/**/.*.tmp.mp4"))
 
 
 def test_an_actor_that_cannot_start_is_reported_once(cli, cluster, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from rollbench.config.fields import opt
 from rollbench.errors import ConfigError
@@ -22,6 +23,10 @@ class RayConfig:
     )
     units_per_call: int | None = opt(
         None, "episodes handed to an actor per call (default: 4 per slot, fewer at the end of the run)"
+    )
+    upload_videos: Literal["auto", "true", "false"] = opt(
+        "auto", "send each video back to the driver, which writes it under --output_dir (auto: from actors on "
+        "another host than the driver's; false: videos stay where the actor wrote them, e.g. a shared filesystem)"
     )
 
     def __post_init__(self) -> None:

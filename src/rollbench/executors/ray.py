@@ -90,7 +90,7 @@ class _Inbox:
 class RolloutActor:
     """One env worker with its slots and its own policy, in a Ray actor process."""
 
-    def __init__(self, cfg: RunConfig, n_slots: int, gl_backend: str, threads: int) -> None:
+    def __init__(self, cfg: RunConfig, n_slots: int, gl_backend: str, threads: int, driver_host: str = "") -> None:
         from rollbench.rendering import apply_backend
         from rollbench.scheduler.shm import SlotBuffer, shm_dir
         from rollbench.scheduler.worker import Worker, WorkerSpec
@@ -113,6 +113,11 @@ class RolloutActor:
         if torch is not None:
             torch.set_num_threads(threads)
         self.worker.buffer.touch()  # alive: `silent_s` counts from here until the first call starts
+        import socket
+
+        mode = cfg.ray.upload_videos
+        self.upload = mode == "true" or (mode == "auto" and socket.gethostname() != driver_host)
+        self.output_dir = cfg.output_dir
 
     def where(self) -> str:
         import socket
@@ -126,8 +131,11 @@ class RolloutActor:
 
         return time.monotonic() - float(self.watch.beat[0])
 
-    def run(self, batch: list[tuple[EpisodeUnit, int]]) -> tuple[list[EpisodeRecord], list[tuple[EpisodeUnit, int, str]]]:
-        """Run `batch` [(unit, attempt)] on the slots; (records, [(unit, attempt, error)])."""
+    def run(self, batch: list[tuple[EpisodeUnit, int]]) -> tuple[
+        list[EpisodeRecord], list[tuple[EpisodeUnit, int, str]], list[tuple[str, bytes]],
+    ]:
+        """Run `batch` [(unit, attempt)] on the slots; (records, [(unit, attempt, error)],
+        [(video path relative to the output dir, its bytes)] when videos go back to the driver)."""
         self.worker.buffer.touch()  # a call starts: the clock of `silent_s` starts again
         n = len(self.worker.slots)
         self.inbox.messages.append(("assign", [(i % n, unit, attempt) for i, (unit, attempt) in enumerate(batch)]))
@@ -141,7 +149,25 @@ class RolloutActor:
                     err = event[1]
                     errors.append((err.unit, err.attempt, err.error))
         self.inbox.sent.clear()
-        return records, errors
+        return records, errors, self._videos(records)
+
+    def _videos(self, records: list[EpisodeRecord]) -> list[tuple[str, bytes]]:
+        """The finished videos of `records`, read and removed here (the driver writes them)."""
+        from pathlib import Path
+
+        if not self.upload or self.worker.videos is None or not any(r.video_path for r in records):
+            return []
+        self.worker.videos.close()  # wait until this call's videos are encoded (restarts on the next frame)
+        out = []
+        for r in records:
+            if r.video_path:
+                path = Path(self.output_dir) / r.video_path
+                try:
+                    out.append((r.video_path, path.read_bytes()))
+                    path.unlink()
+                except OSError:  # the recorder failed on it: the report lists only videos that exist
+                    pass
+        return out
 
     def close(self) -> None:
         self.worker.close()
@@ -180,7 +206,7 @@ class _Plan:
     gl_backend: str
     cluster_cpus: float
     cluster_gpus: float
-    counts: dict[str, int] = field(default_factory=lambda: {"actors_started": 0, "actor_deaths": 0, "requeued_units": 0})
+    counts: dict[str, int] = field(default_factory=lambda: {"actors_started": 0, "actor_deaths": 0, "requeued_units": 0, "videos_uploaded": 0})
 
 
 class RayExecutor(Executor):
@@ -240,7 +266,10 @@ class RayExecutor(Executor):
         p = self.plan
         remote = self.ray.remote(num_cpus=p.cpus_per_actor, num_gpus=p.gpus_per_actor, max_restarts=0,
                                  concurrency_groups={"watch": 1})(RolloutActor)
-        handle = remote.remote(self.cfg, p.slots_per_actor, p.gl_backend, max(1, int(p.cpus_per_actor)))
+        import socket
+
+        handle = remote.remote(self.cfg, p.slots_per_actor, p.gl_backend, max(1, int(p.cpus_per_actor)),
+                               socket.gethostname())
         p.counts["actors_started"] += 1
         return _Actor(index, handle, generation)
 
@@ -286,7 +315,7 @@ class RayExecutor(Executor):
                 a.calls -= 1
                 a.holds_suspect = False
                 try:
-                    records, errors = ray.get(ref)
+                    records, errors, videos = ray.get(ref)
                 except ray.exceptions.RayActorError as err:
                     # a unit that ran alone explains its actor's death; otherwise nobody is to blame yet
                     fruitless = self._died(a, err, 0 if alone or a.answered else fruitless + 1)
@@ -304,6 +333,9 @@ class RayExecutor(Executor):
                 except ray.exceptions.RayTaskError as err:
                     raise _fatal(err) from None
                 a.answered, fruitless = True, 0
+                for relpath, data in videos:  # from an actor on another host: written here, then counted
+                    _write_video(self.cfg.output_dir, relpath, data)
+                    p.counts["videos_uploaded"] += 1
                 yield from records
                 for unit, attempt, error in errors:
                     yield from give_up_or_retry(unit, attempt, f"error in ray actor {a.index} on {unit.label()}: {error}",
@@ -371,6 +403,16 @@ class RayExecutor(Executor):
         self.actors = []
         if self.plan is not None and self.plan.started_cluster:
             self.ray.shutdown()
+
+
+def _write_video(output_dir: str, relpath: str, data: bytes) -> None:
+    from pathlib import Path
+
+    path = Path(output_dir) / relpath
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.mp4")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
