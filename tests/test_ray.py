@@ -229,3 +229,14 @@ def test_ray_equals_local_on_metaworld_pixels(cli, cluster, tmp_path: Path) -> N
     res = cli(*base, "--executor=ray", f"--output_dir={tmp_path / 'ray'}")
     assert res.rc == 0, res.err
     assert per_episode(tmp_path / "local") == per_episode(tmp_path / "ray")
+
+
+def test_default_actors_fit_node_by_node() -> None:
+    from rollbench.executors.ray import fitting_actors
+
+    nodes = [{"CPU": 1.5, "GPU": 0.0}, {"CPU": 1.5, "GPU": 0.0}]
+    assert fitting_actors(nodes, 1.0, 0.0) == 2  # not 3: an actor never spans two nodes
+    gpu_nodes = [{"CPU": 32.0, "GPU": 4.0}, {"CPU": 32.0, "GPU": 1.0}]
+    assert fitting_actors(gpu_nodes, 4.0, 0.5) == 8 + 2  # the GPUs bound them: 8 and 2
+    assert fitting_actors(gpu_nodes, 4.0, 0.0) == 16
+    assert fitting_actors([{"CPU": 0.5, "GPU": 0.0}], 1.0, 0.0) == 0

@@ -252,7 +252,7 @@ class RayExecutor(Executor):
         rc = cfg.ray
         slots = rc.slots_per_actor or (1 if self.cheap else default_slots(cfg.env.step_cost_ms, "driver", 1))
         todo = max(1, len(run.todo))
-        actors = rc.actors or max(1, int(cpus // rc.cpus_per_actor))
+        actors = rc.actors or max(1, fitting_actors(_node_resources(ray), rc.cpus_per_actor, rc.gpus_per_actor))
         actors = max(1, min(actors, math.ceil(todo / slots)))
         per_call = rc.units_per_call or max(1, min(4 * slots, math.ceil(todo / actors)))
         self.plan = _Plan(cfg.ray.address or "local", started, actors, rc.cpus_per_actor, rc.gpus_per_actor, slots,
@@ -403,6 +403,30 @@ class RayExecutor(Executor):
         self.actors = []
         if self.plan is not None and self.plan.started_cluster:
             self.ray.shutdown()
+
+
+def _node_resources(ray: Any) -> list[dict[str, float]]:
+    """CPUs and GPUs of every live node of the cluster."""
+    try:
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+    except Exception:  # an older or a restricted cluster: its totals only
+        nodes = []
+    if not nodes:
+        res = ray.cluster_resources()
+        return [{"CPU": float(res.get("CPU", 1)), "GPU": float(res.get("GPU", 0))}]
+    return [{"CPU": float(n["Resources"].get("CPU", 0)), "GPU": float(n["Resources"].get("GPU", 0))} for n in nodes]
+
+
+def fitting_actors(nodes: list[dict[str, float]], cpus_per_actor: float, gpus_per_actor: float) -> int:
+    """Actors the cluster can place at once, node by node (an actor never spans nodes: two
+    nodes of 1.5 CPUs hold two 1-CPU actors, not three)."""
+    total = 0
+    for node in nodes:
+        n = int(node["CPU"] // cpus_per_actor + 1e-9)
+        if gpus_per_actor > 0:
+            n = min(n, int(node["GPU"] // gpus_per_actor + 1e-9))
+        total += max(0, n)
+    return total
 
 
 def _write_video(output_dir: str, relpath: str, data: bytes) -> None:
