@@ -169,3 +169,15 @@ def fails_in_ray_actors(ctx: Any) -> _Const:
     if ray is not None and ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None:
         raise ImportError("No module named 'simulator_x' (only on this node)")
     return _CheapZeros(ctx, 0.0)
+
+
+class NeedsRenamedState:
+    """Acts from `observation.pos` only: the fake env gives it under another name."""
+
+    def act(self, batch: dict[str, Any], slots: Any) -> np.ndarray:
+        pos = np.asarray(batch["observation.pos"])
+        return np.clip(pos[:, 2:4] - pos[:, 0:2], -1, 1).astype(np.float32)
+
+
+def needs_renamed_state() -> NeedsRenamedState:
+    return NeedsRenamedState()

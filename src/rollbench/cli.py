@@ -78,13 +78,19 @@ def load_plugins() -> None:
             raise ConfigError(f"ROLLBENCH_PLUGINS: cannot import {name!r} ({type(err).__name__}: {err})") from None
 
 
-def default_output_dir(env_type: str, policy_type: str) -> str:
+def default_output_dir(env_type: str, policy_type: str, job_name: str | None = None) -> str:
+    """lerobot-eval's layout: outputs/eval/<date>/<time>_<job name> (default <env>_<policy>)."""
     now = dt.datetime.now()
-    return os.path.join("outputs", "eval", now.strftime("%Y-%m-%d"), f"{now.strftime('%H-%M-%S')}_{env_type}_{policy_type}")
+    name = job_name or f"{env_type}_{policy_type}"
+    return os.path.join("outputs", "eval", now.strftime("%Y-%m-%d"), f"{now.strftime('%H-%M-%S')}_{name}")
 
 
 def config_from_flags(flags: dict[str, str]) -> RunConfig:
     flags = dict(flags)
+    if "rename_map" in flags:  # lerobot-eval's top-level flag; it shapes what the policy sees
+        if "policy.rename_map" in flags:
+            raise ConfigError("--rename_map and --policy.rename_map are the same flag; give one")
+        flags["policy.rename_map"] = flags.pop("rename_map")
     env = benchmark_from_flags(group(flags, "env."))
     policy = policy_from_flags(group(flags, "policy."))
     eval_cfg = build(EvalConfig, group(flags, "eval."), "eval.")
@@ -94,7 +100,7 @@ def config_from_flags(flags: dict[str, str]) -> RunConfig:
         if "." in key:
             raise ConfigError(f"unknown flag --{key}; flag groups are --env.*, --policy.*, --eval.*, --tune.*, --ray.*")
     if not flags.get("output_dir"):
-        flags["output_dir"] = default_output_dir(env.type_name, policy.type)
+        flags["output_dir"] = default_output_dir(env.type_name, policy.type, flags.get("job_name"))
     return build(RunConfig, flags, "", env=env, policy=policy, eval=eval_cfg, tune=tune_cfg, ray=ray_cfg)
 
 

@@ -25,6 +25,11 @@ class PolicyConfig:
         "continuous mode, driver placement: at most this many observations per policy call (e.g. to fit "
         "GPU memory); a larger batch of ready slots is split into several calls. Default: no bound",
     )
+    rename_map: str = opt(
+        "",
+        "observation keys renamed before the policy sees them, as JSON {\"env key\": \"policy key\"} "
+        "(lerobot-eval's --rename_map, also accepted without the policy. prefix)",
+    )
     #: other --policy.<field>=value flags, passed to the adapter (e.g. n_action_steps)
     options: dict[str, str] = field(default_factory=dict, metadata={"help": "other --policy.<field> flags"})
 
@@ -33,3 +38,20 @@ class PolicyConfig:
             raise ConfigError("--policy.type is required (e.g. expert, random, module); see `rollbench list`")
         if self.max_batch_size is not None and self.max_batch_size < 1:
             raise ConfigError(f"--policy.max_batch_size={self.max_batch_size} is not allowed; it must be >= 1")
+        self.renames()  # checked before anything runs
+
+    def renames(self) -> dict[str, str]:
+        """--rename_map as a dict (empty when not given)."""
+        if not self.rename_map:
+            return {}
+        import json
+
+        try:
+            data = json.loads(self.rename_map)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"--rename_map={self.rename_map!r} is not JSON ({err.msg}); give e.g. "
+                              f"'{{\"observation.images.top\": \"observation.images.front\"}}'") from None
+        if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+            raise ConfigError(f"--rename_map={self.rename_map!r} must be a JSON object of strings "
+                              f"{{\"env key\": \"policy key\"}}")
+        return data

@@ -29,7 +29,8 @@ class RunConfig:
     tune: TuneConfig = dataclasses.field(default_factory=TuneConfig)
     ray: RayConfig = dataclasses.field(default_factory=RayConfig)
     seed: int = opt(1000, "episode i of every task gets seed `seed + i`")
-    output_dir: str = opt("", "where results go (default outputs/eval/<date>/<time>_<env>_<policy>)")
+    output_dir: str = opt("", "where results go (default outputs/eval/<date>/<time>_<job_name or env_policy>)")
+    job_name: str = opt("", "a name for the run (lerobot-eval's --job_name): in the default --output_dir and in run.json")
     resume: bool = opt(True, "continue the run already in output_dir (false: start over)")
     workers: int | Literal["auto"] | None = opt(
         None, "continuous mode: env worker processes (default: CPU cores); auto: measure the machine "

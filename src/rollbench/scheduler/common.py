@@ -69,6 +69,10 @@ class StepContext:
         return f"{cfg.type!r}" + (f" ({cfg.path})" if cfg.path else "")
 
     @cached_property
+    def renames(self) -> dict[str, str]:
+        return self.policy_config.renames()
+
+    @cached_property
     def processors(self) -> tuple[Any, Any]:
         return self.benchmark.get_env_processors()
 
@@ -76,6 +80,9 @@ class StepContext:
         """Observations (as the env returned them, batched) -> validated env actions."""
         pre, post = self.processors  # built once: this runs every step
         batch: dict[str, Any] = pre(self.benchmark.to_features(obs))
+        renames = self.renames
+        if renames:  # --rename_map: the keys the policy was trained on
+            batch = {renames.get(k, k): v for k, v in batch.items()}
         batch["task"] = list(descriptions)
         try:
             raw = policy.act(batch, slots)
