@@ -4,12 +4,15 @@
     .venv/bin/python bench/tune_grid.py --workload pusht-act --repeats 1
 
 1. `rollbench tune <flags>`: the recommended command, predicted env-steps/s and wall time.
-2. The recommended command, run `--repeats` times: achieved env-steps/s (the episodes' own
-   steps over the wall time of the whole command, start-up included, as a user sees it).
+2. The recommended command, run `--repeats` times: achieved env-steps/s as eval_info.json
+   reports them (the episodes' steps over `overall.eval_s`, the first episode's start to
+   the last one's end: what tune's `predicted_steps_per_s` predicts), and the wall time of
+   the whole command, start-up included, as a user sees it (against `predicted_wall_s`).
 3. A small grid of --workers x --slots_per_worker (the same flags otherwise), interleaved
    with the recommended command's repeats.
 
 Prints the medians, predicted / achieved, and recommended / best of the grid (by wall time).
+For many tune -> eval pairs on a noisy machine, see bench/tune_pairs.py.
 Workloads: MetaWorld MT10 state with its scripted experts (10 episodes per task), and PushT
 pixels with a random-init LeRobot ACT (tests/lerobot_helpers.py; 16 episodes). Videos are
 off on both (`--eval.max_episodes_rendered=0`) unless `--videos K`.
@@ -47,7 +50,8 @@ def workload_flags(name: str, root: Path) -> tuple[list[str], list[tuple[int, in
     raise SystemExit(f"--workload={name!r}: choose mt10-expert or pusht-act")
 
 
-def run_eval(flags: list[str], out: Path) -> tuple[float, int]:
+def run_eval(flags: list[str], out: Path) -> tuple[float, int, float]:
+    """(wall of the whole command, steps, overall.eval_s)."""
     t0 = time.perf_counter()
     proc = subprocess.run([str(BIN / "rollbench"), "eval", *flags, f"--output_dir={out}", "--resume=false"],
                           capture_output=True, text=True)
@@ -55,7 +59,7 @@ def run_eval(flags: list[str], out: Path) -> tuple[float, int]:
     if proc.returncode != 0:
         raise SystemExit(f"rollbench eval failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     info = json.loads((out / "eval_info.json").read_text())
-    return wall, sum(sum(t["metrics"]["n_steps"]) for t in info["per_task"])
+    return wall, sum(sum(t["metrics"]["n_steps"]) for t in info["per_task"]), float(info["overall"]["eval_s"])
 
 
 def main() -> None:
@@ -85,23 +89,28 @@ def main() -> None:
         for w, k in grid:
             variants[f"w{w} x k{k}"] = [*flags, f"--workers={w}", f"--slots_per_worker={k}"]
         walls: dict[str, list[float]] = {name: [] for name in variants}
+        evals: dict[str, list[float]] = {name: [] for name in variants}
         steps: dict[str, int] = {}
         for r in range(args.repeats):
             for i, (name, vflags) in enumerate(variants.items()):
-                wall, n = run_eval(vflags, root / f"run{r}-{i}")
+                wall, n, eval_s = run_eval(vflags, root / f"run{r}-{i}")
                 walls[name].append(wall)
+                evals[name].append(eval_s)
                 steps[name] = n
                 print(f"repeat {r} {name:12s} {wall:6.1f} s  {n / wall:8.1f} steps/s", file=sys.stderr)
         med = {name: statistics.median(v) for name, v in walls.items()}
-        print(f"workload {args.workload}: median of {args.repeats}, wall of the whole command (start-up included)")
-        print(f"{'variant':14s} {'wall s':>8s} {'env-steps/s':>12s}")
+        med_eval = {name: statistics.median(v) for name, v in evals.items()}
+        print(f"workload {args.workload}: median of {args.repeats}; wall of the whole command (start-up included), "
+              f"env-steps/s over eval_s (eval_info.json)")
+        print(f"{'variant':14s} {'wall s':>8s} {'eval_s':>8s} {'env-steps/s':>12s}")
         for name in variants:
-            print(f"{name:14s} {med[name]:8.1f} {steps[name] / med[name]:12.1f}")
-        achieved = steps["recommended"] / med["recommended"]
+            print(f"{name:14s} {med[name]:8.1f} {med_eval[name]:8.1f} {steps[name] / med_eval[name]:12.1f}")
+        achieved = steps["recommended"] / med_eval["recommended"]
         best = min((n for n in variants if n != "recommended"), key=lambda n: med[n])
         print(f"\npredicted {data['predicted_steps_per_s']:.1f} env-steps/s, wall {data['predicted_wall_s']:.1f} s; "
               f"achieved {achieved:.1f} env-steps/s, wall {med['recommended']:.1f} s")
-        print(f"predicted / achieved throughput: {data['predicted_steps_per_s'] / achieved:.2f}")
+        print(f"predicted / achieved throughput: {data['predicted_steps_per_s'] / achieved:.2f}; "
+              f"predicted / achieved wall: {data['predicted_wall_s'] / med['recommended']:.2f}")
         print(f"recommended ({rec['workers']} workers x {rec['slots_per_worker']} slots) wall / best of grid "
               f"({best}) wall: {med['recommended'] / med[best]:.2f}")
 

@@ -11,6 +11,11 @@ import pytest
 
 from conftest import load_info, per_episode
 from rollbench import tune
+from rollbench.benchmarks.fake import FakeConfig
+from rollbench.cli import config_from_flags
+from rollbench.plan import plan_for
+from rollbench.tune import budget, cache
+from rollbench.tune.env_probe import MAX_WINDOW_S, TARGET_WINDOWS, _regimes, _Samples, plan_windows
 from rollbench.tune.figures import (
     EnvProbe,
     GpuInfo,
@@ -22,9 +27,17 @@ from rollbench.tune.figures import (
     estimated,
     measured,
 )
-from rollbench.tune.model import candidates, continuous_driver, continuous_worker, recommend
+from rollbench.tune.model import LAUNCH_S, candidates, continuous_driver, continuous_worker, recommend
+from rollbench.tune.stats import trimmed_mean
 
 GiB = 2**30
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Stored probes go to the test's directory, never to the real home cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    return tmp_path / "xdg-cache" / "rollbench" / "probes"
 
 
 def recorded(
@@ -176,6 +189,7 @@ def test_policies_without_slot_state_get_lockstep_batches():
     flags = tune.recommended_flags(rec)
     assert "--eval.mode=lockstep" in flags and f"--eval.batch_size={rec.envs_per_batch}" in flags
     assert rec.envs_per_batch is not None and rec.envs_per_batch >= 8 and rec.max_rows_per_call is None
+    assert rec.workers == 8 and "--workers=8" in flags  # the batch's envs step in one env worker per core
 
 
 def test_worker_placement_rate_follows_the_measured_step():
@@ -201,7 +215,9 @@ def test_eval_command_keeps_the_users_flags_and_replaces_scheduling():
 # -- real probes ----------------------------------------------------------------------
 
 
-FAKE = ["--env.type=fake", "--env.step_sleep_s=0.002", "--env.max_steps=30", "--policy.type=expert", "--eval.n_episodes=6"]
+# no videos, in tune as in eval (the test harness adds it to eval only): a stored probe's kind includes them
+FAKE = ["--env.type=fake", "--env.step_sleep_s=0.002", "--env.max_steps=30", "--policy.type=expert", "--eval.n_episodes=6",
+        "--eval.max_episodes_rendered=0"]
 
 
 def test_real_probe_measures_and_predicts(cli, tmp_path: Path):
@@ -243,17 +259,140 @@ def test_eval_workers_auto_uses_a_saved_probe_and_results_do_not_change(cli, tmp
     assert per_episode(auto) == per_episode(plain)
 
 
-def test_eval_workers_auto_probes_when_nothing_is_saved(cli, tmp_path: Path):
-    r = cli("eval", *FAKE, "--workers=auto", "--tune.budget_s=2", f"--output_dir={tmp_path}")
+def test_eval_workers_auto_probes_when_asked_to(cli, tmp_path: Path):
+    out = tmp_path / "run"
+    r = cli("eval", *FAKE, "--workers=auto", "--tune.reprobe=true", "--tune.budget_s=2", f"--output_dir={out}")
     assert r.rc == 0, r.err
-    assert "--workers=auto: measuring" in r.err
-    info = load_info(tmp_path)
+    assert "--workers=auto: measuring" in r.err and "--workers=auto: probed in" in r.err
+    info = load_info(out)
+    assert info["tune"]["probe"]["how"] == "measured"
+    assert info["tune"]["predicts"].startswith("env-steps / overall.eval_s")
     flags = dict(f[2:].split("=", 1) for f in info["tune"]["flags"])
     # the recommendation is what ran: the pool started the workers and slots it names
     assert int(flags["workers"]) == info["scheduling"]["workers"] >= 1
     assert int(flags["slots_per_worker"]) == info["scheduling"]["slots_per_worker"]
-    assert len(list((tmp_path / "logs").glob("worker-*.log"))) == info["scheduling"]["workers"]
+    assert len(list((out / "logs").glob("worker-*.log"))) == info["scheduling"]["workers"]
     assert info["tune"]["predicted_steps_per_s"] > 0 and info["tune"]["predicted_wall_s"] > 0
+
+
+def test_a_run_too_short_to_pay_for_a_probe_runs_with_the_defaults(cli, tmp_path: Path, _own_cache: Path):
+    r = cli("eval", *FAKE, "--workers=auto", f"--output_dir={tmp_path}")
+    assert r.rc == 0, r.err
+    assert "--workers=auto: no probe: this run takes at most" in r.err and "measuring" not in r.err
+    info = load_info(tmp_path)
+    assert info["tune"]["probe"]["how"] == "skipped" and info["tune"]["flags"] == []
+    assert info["scheduling"]["workers"] >= 1  # the scheduler's own rules decided
+    assert not _own_cache.exists()  # nothing measured, nothing stored
+
+
+def test_tune_stores_its_probe_and_eval_workers_auto_reuses_it(cli, tmp_path: Path, _own_cache: Path):
+    r = cli("tune", *FAKE, "--tune.budget_s=3", f"--tune.output={tmp_path / 'tune.json'}")
+    assert r.rc == 0, r.err
+    stored = list(_own_cache.glob("*.json"))
+    assert len(stored) == 1 and f"stored in {stored[0]}" in r.out
+    out = tmp_path / "run"
+    r = cli("eval", *FAKE, "--workers=auto", f"--output_dir={out}")
+    assert r.rc == 0, r.err
+    assert f"--workers=auto: probe reused from {stored[0]}" in r.err and "measuring" not in r.err
+    info = load_info(out)
+    assert info["tune"]["probe"]["how"] == "reused" and info["tune"]["probe"]["path"] == str(stored[0])
+    assert info["tune"]["flags"] and info["tune"]["predicted_steps_per_s"] > 0
+    # a fresh probe when asked, though one is stored
+    again = tmp_path / "again"
+    r = cli("eval", *FAKE, "--workers=auto", "--tune.reprobe=true", "--tune.budget_s=2", f"--output_dir={again}")
+    assert r.rc == 0, r.err
+    assert load_info(again)["tune"]["probe"]["how"] == "measured" and "reused" not in r.err
+
+
+def _fake_cfg(*extra: str) -> Any:
+    return config_from_flags(dict(f[2:].split("=", 1) for f in [*FAKE, *extra]))
+
+
+def test_a_stored_probe_fits_only_its_benchmark_policy_and_versions(monkeypatch: pytest.MonkeyPatch, _own_cache: Path):
+    cfg = _fake_cfg()
+    probe = dataclasses.replace(recorded(cores=2), env=dataclasses.replace(recorded(cores=2).env, windows=4))
+    path = cache.store(cfg, probe)
+    assert path is not None and path.parent == _own_cache  # $XDG_CACHE_HOME is honoured
+    hit = cache.lookup(cfg, ())
+    assert hit.probe == probe and hit.path == path
+    assert cache.lookup(_fake_cfg("--eval.n_episodes=60"), ()).probe == probe  # the run's size is not its kind
+    for other in (_fake_cfg("--env.task=near"), _fake_cfg("--env.max_steps=31"), _fake_cfg("--policy.type=random"),
+                  _fake_cfg("--eval.max_episodes_rendered=2")):
+        miss = cache.lookup(other, ())
+        assert miss.probe is None and "no stored probe" in miss.why
+    assert cache.lookup(cfg, (GpuInfo(0, "H200", 1, 1),)).probe is None  # another machine
+    real = cache.versions
+    monkeypatch.setattr(cache, "versions", lambda c: {**real(c), "gymnasium": "0.0.1"})
+    stale = cache.lookup(cfg, ())
+    assert stale.probe is None and "other versions (gymnasium " in stale.why and "-> 0.0.1" in stale.why
+    path.write_text("{not json")
+    assert "could not be read" in cache.lookup(cfg, ()).why
+
+
+def test_the_probe_budget_is_a_share_of_the_run(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(FakeConfig, "step_cost_ms", property(lambda self: 5.0))
+    cfg = _fake_cfg("--eval.n_episodes=200", "--tune.budget_s=30")  # 3 tasks x 200 x 30 steps x 5 ms on 2 cores
+    units = plan_for(cfg)
+    est = budget.first_estimate_s(cfg, units, 2)
+    assert est == pytest.approx(budget.STARTUP_GUESS_S + 600 * 30 * 5.0 / 1000 / 2)
+    assert budget.probe_budget(cfg, units, 2) == pytest.approx(budget.PROBE_SHARE * est)
+    capped = _fake_cfg("--eval.n_episodes=200", "--tune.budget_s=3")
+    assert budget.probe_budget(capped, units, 2) == 3.0  # never more than --tune.budget_s
+    small = _fake_cfg("--eval.n_episodes=2")
+    assert budget.probe_budget(small, plan_for(small), 2) == 0.0  # below what any probe costs: none
+
+
+def test_windows_fit_the_budget_they_are_given():
+    assert plan_windows(0.0, 2).n == 0
+    assert plan_windows(100.0, 2) == type(plan_windows(0.0, 2))(TARGET_WINDOWS, MAX_WINDOW_S)
+    for b in (0.3, 1.0, 2.5, 7.0):
+        plan = plan_windows(b, 2)
+        assert plan.n >= 1 and 2 * plan.n * plan.seconds <= b + 1e-9
+
+
+def test_eval_workers_auto_keeps_its_windows_within_a_share_of_the_run(tmp_path: Path):
+    """The same probe, given a tenth of a tiny run's wall, measures no window (the warm-up's
+    figures only) and stores nothing; given --tune.budget_s alone, it measures windows."""
+    cfg = _fake_cfg("--tune.budget_s=3")
+    auto = tune.measure(cfg, budget_s=3.0, wall_share=budget.PROBE_SHARE)
+    assert auto.env.windows == 0 and auto.env.step_ms_all.source == "measured"
+    assert "no window fitted the budget" in auto.env.step_ms_all.note
+    assert tune._store(cfg, auto) is None
+    full = tune.measure(cfg, budget_s=3.0)
+    assert full.env.windows >= 1 and "trimmed mean of" in full.env.step_ms_all.note
+
+
+def test_a_preempted_window_does_not_move_the_figure():
+    # 11 windows of push at ~0.5 ms per step, one preempted by another process (5 ms)
+    windows = [0.50, 0.49, 0.51, 0.50, 0.52, 0.48, 0.50, 5.0, 0.49, 0.51, 0.50]
+    assert trimmed_mean(windows) == pytest.approx(0.50, abs=0.01)
+    assert sum(windows) / len(windows) > 0.9  # the mean would move by 80%
+    assert trimmed_mean([0.5, 0.5, 9.0]) == 0.5  # three: the median
+    s = _Samples()
+    for ms in windows:
+        s.add("solo", {"push": [100, ms / 10, ms / 10 * 1.2, 0.0]})
+        s.add("together", {"push": [100, ms / 10 * 1.3, ms / 10 * 1.5, 0.0]})
+    solo, together, ratio = _regimes(s.step, ["push"])
+    assert solo["push"] == pytest.approx(0.50, abs=0.01) and together["push"] == pytest.approx(0.65, abs=0.015)
+    assert ratio == pytest.approx(1.3, rel=0.01)
+
+
+def test_the_prediction_is_what_eval_info_reports_start_up_excluded():
+    probe = recorded(cores=2, step_ms=0.5)
+    rec = recommend(probe)
+    assert rec.predicted_steps_per_s == pytest.approx(rec.predicted_total_steps / rec.predicted_eval_s)
+    # the start-up (launch, policy load, worker start, first env) is outside eval_s
+    assert rec.predicted_wall_s - rec.predicted_eval_s >= LAUNCH_S + probe.policy.load_s.v + probe.env.worker_start_s.v
+    assert rec.predicted_steps_per_s > rec.predicted_total_steps / rec.predicted_wall_s
+
+
+def test_worker_placement_rate_follows_the_measured_loop_together():
+    base = recorded(cores=2, step_ms=0.3)
+    env = dataclasses.replace(base.env, parallel=2, loop_ms_1=measured(0.45), loop_ms_all=measured(0.6))
+    probe = dataclasses.replace(base, env=env)
+    assert continuous_worker(probe, 2).steps_per_s == pytest.approx(2 * 1000 / 0.6)
+    assert continuous_worker(probe, 1).steps_per_s == pytest.approx(1000 / 0.45)
+    assert continuous_worker(probe, 4).steps_per_s == pytest.approx(2 * 1000 / 0.6)  # time-sliced
 
 
 def test_real_probe_of_a_driver_policy_times_batches(cli, tmp_path: Path):

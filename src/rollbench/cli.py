@@ -261,8 +261,8 @@ def cmd_tune(flags: dict[str, str]) -> int:
     rec = tune.recommend(probe)
     command = tune.eval_command(flags, rec)
     path = tune.default_tune_path(cfg)
-    tune.save(path, probe, rec, command)
-    print(tune.report(probe, rec))
+    stored = tune.save(path, probe, rec, command, cfg)  # also stored for later --workers=auto runs
+    print(tune.report(probe, rec, stored))
     print(f"\nrun it:\n  {command}\n\nprobe and recommendation: {path}")
     return 0
 

@@ -56,8 +56,8 @@ class LocalExecutor(Executor):
         if cfg.workers == "auto":  # after the directory is accepted: a refused one is said before a 30 s probe
             from rollbench import tune
 
-            cfg, _, rec = tune.for_eval(cfg, self.policy, self.load_s, self.rss_before)
-            self.tuned = tune.prediction(rec)
+            cfg, _, rec, use = tune.for_eval(cfg, self.policy, self.load_s, self.rss_before)
+            self.tuned = tune.prediction(rec, use)
             self.cfg = cfg
         backend = choose_backend(cfg.render_device)
         apply_backend(backend)  # this process renders in lockstep mode; workers get it in their spec

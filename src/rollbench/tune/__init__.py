@@ -5,9 +5,10 @@
       -> recommend (model.py: workers, slots, batch bound, render device, AMP, shards)
       -> a report, a paste-ready `rollbench eval` command and a JSON file
 
-`rollbench eval --workers=auto` runs the same probe (or reads `--tune.load`) and uses the
-recommendation's scheduling settings; settings that would change results (AMP) are only
-suggested.
+`rollbench eval --workers=auto` reuses a stored probe of this machine, benchmark and policy
+(cache.py), or probes within ~10% of the run's predicted wall (budget.py), or reads
+`--tune.load`, and uses the recommendation's scheduling settings; settings that would change
+results (AMP) are only suggested. Both say in one line what they did.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError
 from rollbench.policies.base import Policy
 from rollbench.rendering import user_backend
-from rollbench.tune.figures import SCHEMA, Probe, RunShape
+from rollbench.tune.figures import SCHEMA, EnvProbe, PolicyProbe, Probe, RunShape, estimated
 from rollbench.tune.model import Recommendation, recommend
 
 __all__ = ["Probe", "Recommendation", "apply", "eval_command", "load", "measure", "prediction", "recommend", "report", "save"]
@@ -47,16 +48,20 @@ def run_shape(cfg: RunConfig, n_units: int) -> RunShape:
     )
 
 
-def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, rss_before: int = 0) -> Probe:
-    """Probe the machine, the env and the policy for `cfg`, within `cfg.tune.budget_s`."""
+def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, rss_before: int = 0,
+            budget_s: float | None = None, wall_share: float | None = None) -> Probe:
+    """Probe the machine, the env and the policy for `cfg`, within `budget_s` (default
+    `cfg.tune.budget_s`). With `wall_share`, the measurement windows stop at that share of
+    the wall predicted from the warm-up (less what was spent): `--workers=auto`."""
     from rollbench.plan import plan_for, shard
     from rollbench.rendering import choose_backend, osmesa_loadable, user_backend
     from rollbench.scheduler.common import StepContext
     from rollbench.scheduler.decide import decide_placement
     from rollbench.tune import probe as p
+    from rollbench.tune.env_probe import probe_env
 
     started = time.monotonic()
-    budget = cfg.tune.budget_s
+    budget = cfg.tune.budget_s if budget_s is None else budget_s
     machine = p.probe_machine()
     cfg.env.check_available()
     units = shard(plan_for(cfg), cfg.eval.shard_id, cfg.eval.num_shards)
@@ -77,17 +82,38 @@ def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, r
     if renders and cfg.render_device == "auto" and not machine.gpus and user_backend() is None:
         other = "egl" if backend == "osmesa" else ("osmesa" if osmesa_loadable() else None)
     with_policy = placement == "worker"
-    env, obs = p.probe_env(
-        cfg, units, budget * (0.55 if not with_policy else 0.8), backend, with_policy,
-        cfg.eval.max_episodes_rendered > 0, int(machine.cores.v), other,
-    )
+    env_share = 0.55 if not with_policy else 0.8  # the rest times the policy in this process
+    shape = run_shape(cfg, len(units))
+    per_slot_state = bool(getattr(policy, "per_slot_state", True))
+
+    def window_budget(warm: EnvProbe, spent: float) -> float:
+        left = budget * env_share - spent
+        if wall_share is None:
+            return left
+        # the warm-up's figures predict the run; the windows get their share of it
+        pol = PolicyProbe(type=cfg.policy.type, device=cfg.policy.device, placement=placement,
+                          per_slot_state=per_slot_state, load_s=estimated(load_s, "built before the probe"),
+                          param_bytes=estimated(0.0, "not yet"), rss_bytes=estimated(0.0, "not yet"),
+                          steps_per_inference=estimated(1.0, "not yet"))
+        wall = recommend(Probe(machine=machine, env=warm, policy=pol, run=shape)).predicted_wall_s
+        # a policy in the driver is timed after the env, out of the same share
+        of_share = 1.0 if with_policy else env_share
+        allowed = min(left, wall_share * wall * of_share - (time.monotonic() - started))
+        log.debug("tune: the warm-up predicts a wall of %.1f s; %.1f s spent so far", wall, time.monotonic() - started)
+        return allowed
+
+    # the parallel measurement runs as many processes as the run will most likely start
+    n_parallel = max(1, min(int(machine.cores.v), len(units)))
+    env, obs = probe_env(cfg, units, budget * env_share, backend, with_policy, cfg.eval.max_episodes_rendered > 0,
+                         n_parallel, other if budget >= 10.0 else None, window_budget)
     env = dataclasses.replace(env, driver_setup_s=_driver_setup(cfg))
-    left = max(1.0, budget - (time.monotonic() - started))
-    pol = p.probe_policy(cfg, policy, load_s, rss_before, obs, units[0], left, p.max_useful_batch(len(units), int(machine.cores.v)),
-                         placement)
+    left = budget - (time.monotonic() - started)
+    floor = 1.0 if wall_share is None else 0.2
+    pol = p.probe_policy(cfg, policy, load_s, rss_before, obs, units[0], max(floor, left),
+                         p.max_useful_batch(len(units), int(machine.cores.v)), placement)
     return Probe(
-        machine=machine, env=env, policy=pol, run=run_shape(cfg, len(units)), schema=SCHEMA,
-        took_s=time.monotonic() - started, host=socket.gethostname(),
+        machine=machine, env=env, policy=pol, run=shape, schema=SCHEMA,
+        took_s=time.monotonic() - started, host=socket.gethostname(), budget_s=budget,
     )
 
 
@@ -116,9 +142,10 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:.0f} MiB"
 
 
-def report(probe: Probe, rec: Recommendation) -> str:
+def report(probe: Probe, rec: Recommendation, stored: Path | None = None) -> str:
     m, e, pol = probe.machine, probe.env, probe.policy
-    lines = [f"machine ({probe.host}, probed in {probe.took_s:.1f}s):"]
+    use = ProbeUse("measured", probe.took_s, str(stored) if stored else "", budget_s=probe.budget_s)
+    lines = [f"probe: {use.line(rec)}", "", f"machine ({probe.host}, probed in {probe.took_s:.1f}s):"]
     lines.append(f"  cores               {m.cores.show(fmt='{:.0f}')}")
     lines.append(f"  memory available    {m.mem_available_bytes.show(fmt='{:.3g}', unit='')} bytes"
                  f" ({m.mem_available_bytes.v / 2**30:.1f} GiB)")
@@ -133,7 +160,10 @@ def report(probe: Probe, rec: Recommendation) -> str:
     lines.append(f"  env build           {e.build_s.show(' s')}")
     lines.append(f"  reset               {e.reset_ms.show(' ms')}")
     lines.append(f"  step, one process   {e.step_ms_1.show(' ms')}")
-    lines.append(f"  step, all cores     {e.step_ms_all.show(' ms')}")
+    lines.append(f"  {f'step, {e.parallel} at once':20s}{e.step_ms_all.show(' ms')}")
+    if e.loop_ms_1 is not None and e.loop_ms_all is not None and pol.placement == "worker":
+        lines.append(f"  worker loop, alone  {e.loop_ms_1.show(' ms')}")
+        lines.append(f"  {f'worker loop, {e.parallel} at once':20s}{e.loop_ms_all.show(' ms')}")
     lines.append(f"  video frame         {e.render_ms.show(' ms')}")
     if e.other_backend and e.other_render_ms is not None:
         lines.append(f"  video frame ({e.other_backend}) {e.other_render_ms.show(' ms')}")
@@ -161,9 +191,10 @@ def report(probe: Probe, rec: Recommendation) -> str:
     lines.append(f"  {rec.bottleneck}")
     for r in rec.reasons:
         lines.append(f"  - {r}")
-    lines.append(f"  predicted: {rec.predicted_steps_per_s:.4g} env-steps/s over the run "
-                 f"({rec.steady_steps_per_s:.4g} while every slot is busy), {rec.predicted_total_steps:.0f} steps, "
-                 f"wall {rec.predicted_wall_s:.1f}s")
+    lines.append(f"  predicted: {rec.predicted_steps_per_s:.4g} env-steps/s as eval_info.json reports it (steps / eval_s, "
+                 f"the first episode's start to the last one's end; {rec.steady_steps_per_s:.4g} while every slot is busy), "
+                 f"{rec.predicted_total_steps:.0f} steps, eval_s {rec.predicted_eval_s:.1f}s, "
+                 f"wall {rec.predicted_wall_s:.1f}s with start-up")
     if rec.use_amp:
         lines.append("  AMP is recommended but not applied by --workers=auto: it changes the policy's numbers")
     return "\n".join(lines)
@@ -171,7 +202,7 @@ def report(probe: Probe, rec: Recommendation) -> str:
 
 _SET_BY_TUNE = ("workers", "slots_per_worker", "eval.batch_size", "policy.max_batch_size", "eval.use_async_envs",
                 "eval.mode", "policy.placement",
-                "render_device", "eval.num_shards", "launch", "tune.budget_s", "tune.output", "tune.load")
+                "render_device", "eval.num_shards", "launch", "tune.budget_s", "tune.output", "tune.load", "tune.reprobe")
 
 
 def recommended_flags(rec: Recommendation) -> list[str]:
@@ -181,9 +212,8 @@ def recommended_flags(rec: Recommendation) -> list[str]:
         if rec.max_rows_per_call is not None:
             out.append(f"--policy.max_batch_size={rec.max_rows_per_call}")
     else:
-        out += ["--eval.mode=lockstep", f"--eval.batch_size={rec.envs_per_batch}"]
-        if rec.use_async_envs:
-            out.append("--eval.use_async_envs=true")
+        # the batch's envs step in --workers env workers (in parallel when more than one)
+        out += ["--eval.mode=lockstep", f"--eval.batch_size={rec.envs_per_batch}", f"--workers={rec.workers}"]
     out.append(f"--render_device={rec.render_device}")
     if rec.use_amp:
         out.append("--policy.use_amp=true")
@@ -205,7 +235,9 @@ def default_output(cfg: RunConfig) -> Path:
     return Path("outputs", "tune", now.strftime("%Y-%m-%d"), f"{now.strftime('%H-%M-%S')}_{cfg.env.type_name}_{cfg.policy.type}.json")
 
 
-def save(path: Path, probe: Probe, rec: Recommendation, command: str) -> None:
+def save(path: Path, probe: Probe, rec: Recommendation, command: str, cfg: RunConfig | None = None) -> Path | None:
+    """Write the probe and the recommendation to `path`; with `cfg`, also store the probe
+    for later `--workers=auto` runs (cache.py); returns where it was stored."""
     from rollbench.results.store import write_json_atomic
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -215,9 +247,20 @@ def save(path: Path, probe: Probe, rec: Recommendation, command: str) -> None:
         "recommendation": dataclasses.asdict(rec),
         "predicted_steps_per_s": rec.predicted_steps_per_s,
         "predicted_wall_s": rec.predicted_wall_s,
+        "predicted_eval_s": rec.predicted_eval_s,
+        "predicts": PREDICTS,
         "command": command,
     }
     write_json_atomic(path, data)
+    return _store(cfg, probe) if cfg is not None else None
+
+
+def _store(cfg: RunConfig, probe: Probe) -> Path | None:
+    from rollbench.tune import cache
+
+    if probe.env.windows <= 0:
+        return None  # the warm-up's figures only: not worth reusing
+    return cache.store(cfg, probe)
 
 
 def load(path: str) -> Probe:
@@ -240,10 +283,10 @@ def apply(cfg: RunConfig, rec: Recommendation) -> RunConfig:
         if rec.max_rows_per_call is not None and cfg.policy.max_batch_size is None:
             changes["policy"] = dataclasses.replace(cfg.policy, max_batch_size=rec.max_rows_per_call)
     else:
-        changes["workers"] = None
+        changes["workers"] = rec.workers
         if cfg.eval.batch_size is None:
             eval_changes["batch_size"] = rec.envs_per_batch
-        if not cfg.eval.use_async_envs:
+        if cfg.eval.isolation == "none" and not cfg.eval.use_async_envs:
             eval_changes["use_async_envs"] = rec.use_async_envs
     if cfg.render_device == "auto" and user_backend() is None:
         changes["render_device"] = rec.render_device  # a MUJOCO_GL the user set keeps winning
@@ -252,12 +295,52 @@ def apply(cfg: RunConfig, rec: Recommendation) -> RunConfig:
     return dataclasses.replace(cfg, **changes)
 
 
-def prediction(rec: Recommendation) -> dict[str, Any]:
-    """What `--workers=auto` records in eval_info.json (`tune`): the flags it applied and
-    the model's prediction, to check against what the run achieved."""
+#: what `predicted_steps_per_s` predicts, in eval_info.json's terms
+PREDICTS = "env-steps / overall.eval_s (the first episode's start to the last episode's end; start-up excluded)"
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeUse:
+    """What `--workers=auto` or `rollbench tune` did to know the machine, for its one line."""
+
+    how: str  # measured | reused | loaded | skipped
+    seconds: float  # spent on it (looking up, reading or measuring)
+    path: str = ""  # the stored probe (reused, or stored after measuring), or --tune.load
+    why: str = ""  # skipped: why; measured: why no stored probe was used
+    budget_s: float = 0.0
+
+    def line(self, rec: Recommendation | None) -> str:
+        from rollbench.tune.cache import shown
+
+        wall = rec.predicted_wall_s if rec is not None else 0.0
+        share = f" ({self.seconds / wall:.0%} of the predicted {wall:.1f} s)" if wall > 0 else ""
+        if self.how == "reused":
+            return f"probe reused from {shown(Path(self.path))}{share}; --tune.reprobe=true measures again"
+        if self.how == "loaded":
+            return f"probe loaded from {self.path}"
+        if self.how == "skipped":
+            return f"no probe: {self.why}"
+        stored = f"; stored in {shown(Path(self.path))}" if self.path else ""
+        return f"probed in {self.seconds:.1f} s{share}, within a budget of {self.budget_s:.1f} s{stored}"
+
+    def to_dict(self, rec: Recommendation | None) -> dict[str, Any]:
+        wall = rec.predicted_wall_s if rec is not None else 0.0
+        return {"how": self.how, "seconds": self.seconds, "share_of_predicted_wall": self.seconds / wall if wall > 0 else None,
+                "budget_s": self.budget_s, "path": self.path, "why": self.why}
+
+
+def prediction(rec: Recommendation | None, use: ProbeUse | None = None) -> dict[str, Any]:
+    """What `--workers=auto` records in eval_info.json (`tune`): the flags it applied, the
+    model's prediction (to check against what the run achieved: its steps over
+    `overall.eval_s`), and how the machine was known."""
+    out: dict[str, Any] = {"probe": use.to_dict(rec)} if use is not None else {}
+    if rec is None:
+        return {**out, "flags": []}
     return {
+        **out,
         "flags": recommended_flags(rec), "bottleneck": rec.bottleneck,
-        "predicted_steps_per_s": rec.predicted_steps_per_s, "predicted_wall_s": rec.predicted_wall_s,
+        "predicted_steps_per_s": rec.predicted_steps_per_s, "predicts": PREDICTS,
+        "predicted_eval_s": rec.predicted_eval_s, "predicted_wall_s": rec.predicted_wall_s,
         "predicted_total_steps": rec.predicted_total_steps,
     }
 
@@ -270,25 +353,62 @@ def fits(probe: Probe, cfg: RunConfig) -> bool:
         probe.policy.type == cfg.policy.type and probe.policy.device == cfg.policy.device
 
 
-def for_eval(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int) -> tuple[RunConfig, Probe, Recommendation]:
-    """`--workers=auto`: probe (or load), recommend, apply."""
+def _this_run(cfg: RunConfig, probe: Probe) -> Probe:
+    """A probe measured for another run of the same kind, applied to this run's amount of work."""
+    from rollbench.plan import plan_for, shard
+
+    n = len(shard(plan_for(cfg), cfg.eval.shard_id, cfg.eval.num_shards))
+    return dataclasses.replace(probe, run=run_shape(cfg, n))
+
+
+def for_eval(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int) -> tuple[RunConfig, Probe | None, Recommendation | None, ProbeUse]:
+    """`--workers=auto`: load, reuse or measure a probe (or none, for a run too short to pay
+    for one), recommend, apply. Logs one line that says which."""
+    from rollbench.plan import plan_for, shard
+    from rollbench.tune import budget as b
+    from rollbench.tune import cache
+    from rollbench.tune.probe import probe_machine
+
+    t0 = time.monotonic()
+    probe: Probe | None = None
     if cfg.tune.load:
         probe = load(cfg.tune.load)
         if not fits(probe, cfg):
             log.warning("--tune.load=%s was measured on %s (%d cores, %s policy on %s); using it anyway",
                         cfg.tune.load, probe.host, int(probe.machine.cores.v), probe.policy.type, probe.policy.device)
-        # the saved probe's env and policy costs, this run's amount of work
-        from rollbench.plan import plan_for, shard
-
-        n = len(shard(plan_for(cfg), cfg.eval.shard_id, cfg.eval.num_shards))
-        probe = dataclasses.replace(probe, run=run_shape(cfg, n))
+        probe = _this_run(cfg, probe)  # the saved probe's env and policy costs, this run's amount of work
+        use = ProbeUse("loaded", time.monotonic() - t0, cfg.tune.load)
     else:
-        log.info("--workers=auto: measuring this machine (up to %.0fs, --tune.budget_s)", cfg.tune.budget_s)
-        probe = measure(cfg, policy, load_s, rss_before)
+        machine = probe_machine()
+        found = None if cfg.tune.reprobe else cache.lookup(cfg, machine.gpus)
+        if found is not None and found.probe is not None:
+            probe = dataclasses.replace(_this_run(cfg, found.probe), machine=machine)
+            use = ProbeUse("reused", time.monotonic() - t0, str(found.path), f"measured {found.age()} ago")
+        else:
+            why = "--tune.reprobe=true" if found is None else found.why
+            units = shard(plan_for(cfg), cfg.eval.shard_id, cfg.eval.num_shards)
+            budget = b.probe_budget(cfg, units, int(machine.cores.v))
+            if budget <= 0 and cfg.tune.reprobe:
+                budget = min(cfg.tune.budget_s, b.MIN_PROBE_S)
+            if budget <= 0:
+                est = b.first_estimate_s(cfg, units, int(machine.cores.v))
+                use = ProbeUse("skipped", time.monotonic() - t0, why=(
+                    f"this run takes at most ~{est:.0f} s (every episode to its step limit, unmeasured), and a probe "
+                    f"costs at least {b.MIN_PROBE_S:.0f} s, more than {b.PROBE_SHARE:.0%} of it; running with the "
+                    f"scheduler's defaults ({why}; `rollbench tune` stores a probe that later runs reuse)"))
+            else:
+                log.info("--workers=auto: measuring this machine (%s; up to %.1f s)", why, budget)
+                probe = measure(cfg, policy, load_s, rss_before, budget_s=budget, wall_share=b.PROBE_SHARE)
+                stored = _store(cfg, probe)
+                use = ProbeUse("measured", time.monotonic() - t0, str(stored) if stored else "", why, budget)
+    if probe is None:
+        log.info("--workers=auto: %s", use.line(None))
+        return dataclasses.replace(cfg, workers=None), None, None, use
     rec = recommend(probe)
+    log.info("--workers=auto: %s", use.line(rec))
     log.info("--workers=auto: %s", " ".join(recommended_flags(rec)))
     log.info("--workers=auto: %s", rec.bottleneck)
-    return apply(cfg, rec), probe, rec
+    return apply(cfg, rec), probe, rec, use
 
 
 def default_tune_path(cfg: RunConfig) -> Path:

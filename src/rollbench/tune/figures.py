@@ -75,6 +75,14 @@ class EnvProbe:
     driver_setup_s: Figure = Figure(0.0, "estimated", "not measured")  # the driver's per-run set-up (obs layouts)
     other_backend: str | None = None  # a second render backend tried, and its frame time
     other_render_ms: Figure | None = None
+    parallel: int = 1  # processes stepping at once for `step_ms_all` / `loop_ms_all`
+    #: a worker's whole loop per step (the policy in worker placement, the env step, the
+    #: episode's bookkeeping, resets amortised), one process alone and `parallel` at once;
+    #: None in probes of older versions
+    loop_ms_1: Figure | None = None
+    loop_ms_all: Figure | None = None
+    windows: int = 0  # measurement windows per regime (0: the warm-up's figures only)
+    window_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +136,7 @@ class Probe:
     schema: int = SCHEMA
     took_s: float = 0.0
     host: str = ""
+    budget_s: float = 0.0  # what the probe was allowed to spend
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:

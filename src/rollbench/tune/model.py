@@ -3,10 +3,12 @@
 Continuous mode, worker placement (cheap CPU policies): each of W workers steps its slot
 and runs the policy itself, with no round trip, so
 
-    steps/s = W / (step(W) + policy_in_worker)
+    steps/s = W / loop(W)
 
-where step(W) is one step's wall time on a core with W processes stepping (measured alone
-and with every core busy; above the core count, cores are time-sliced).
+where loop(W) is one iteration of a worker's loop (policy, env step, bookkeeping, resets
+amortised) with W processes stepping at once: measured alone and with P processes at once
+(P = the workers the run most likely starts), interpolated in between; above the core
+count, cores are time-sliced. (Probes without loop figures: step(W) + policy + 0.03 ms.)
 
 Continuous mode, driver placement (networks): W workers in G = 2 groups (1 when W = 1)
 alternate; while one group steps its K slots per worker, the driver runs one batched call
@@ -24,13 +26,17 @@ Lockstep mode (policies without per-slot state): lerobot-eval's loop, B envs of 
 stepped together in this process (or in B subprocesses with async envs); finished envs
 keep stepping until the batch's longest episode ends.
 
-Wall time = start-up (policy load, worker start, env builds) + the steps at that rate +
-the tail (the last episodes run with fewer slots busy). Candidates (W, K) are ranked by
-predicted wall time; near-ties go to fewer processes and slots.
+eval_s (what `eval_info.json` reports as `overall.eval_s`: from the first episode's start
+to the last episode's end) = the steps at that rate + the tail (the last episodes run with
+fewer slots busy) + the env builds of a worker's later tasks. Wall time = start-up (launch,
+policy load, worker start, each worker's first env) + eval_s. The predicted throughput is
+total steps / eval_s, the quantity `eval_info.json` gives (steps / `eval_s`). Candidates
+(W, K) are ranked by predicted wall time; near-ties go to fewer processes and slots.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -71,6 +77,7 @@ class Candidate:
         return 0.0 if self.wall_s <= 0 else self._total / self.wall_s
 
     _total: float = 0.0
+    eval_s: float = 0.0  # first episode's start to last episode's end (0: wall_s - startup_s)
 
 
 @dataclass(frozen=True)
@@ -85,13 +92,16 @@ class Recommendation:
     render_device: str
     use_amp: bool
     num_shards: int
-    predicted_steps_per_s: float  # over the whole run, start-up included (what you will see)
+    #: total steps / predicted eval_s: what eval_info.json reports (its steps over
+    #: `overall.eval_s`, the first episode's start to the last one's end; start-up excluded)
+    predicted_steps_per_s: float
     steady_steps_per_s: float  # while every slot is busy
-    predicted_wall_s: float
+    predicted_wall_s: float  # the whole command: start-up + eval_s (the probe not included)
     predicted_total_steps: float
     bottleneck: str  # one sentence
     reasons: tuple[str, ...] = ()
     alternatives: tuple[Candidate, ...] = field(default_factory=tuple)
+    predicted_eval_s: float = 0.0
 
 
 # -- inference ---------------------------------------------------------------------------
@@ -183,6 +193,36 @@ def step_ms(probe: Probe, workers: int) -> float:
     return (base + _per_step_extras(probe)) * max(1.0, workers / c)
 
 
+def loop_ms(probe: Probe, workers: int) -> float:
+    """Wall time of one iteration of a worker's loop in worker placement (policy, env step,
+    bookkeeping, resets amortised) with `workers` processes stepping at once, plus the
+    filmed share of video frames.
+
+    Measured alone and with `env.parallel` processes at once; interpolated in between, and
+    time-sliced above the core count. Probes without loop figures: the env step + policy +
+    WORKER_OVERHEAD_MS.
+    """
+    env, c = probe.env, cores(probe)
+    if env.loop_ms_1 is None:
+        return step_ms(probe, workers) + env.policy_ms_worker.v + WORKER_OVERHEAD_MS
+    l1 = env.loop_ms_1.v
+    la = max(l1, env.loop_ms_all.v) if env.loop_ms_all is not None else l1
+    p = max(1, env.parallel)
+    if workers <= 1 or p <= 1:
+        base = l1 if workers <= 1 else l1 * step_ms(probe, min(workers, c)) / max(step_ms(probe, 1), 1e-9)
+    elif workers >= p:
+        base = la
+    else:
+        base = l1 + (la - l1) * (workers - 1) / (p - 1)
+    return (base + _video_ms(probe)) * max(1.0, workers / c)
+
+
+def _video_ms(probe: Probe) -> float:
+    run = probe.run
+    filmed = min(run.videos_per_task, run.n_episodes) / max(1, run.n_episodes)
+    return filmed * probe.env.render_ms.v
+
+
 def _per_step_extras(probe: Probe) -> float:
     env, run = probe.env, probe.run
     length = max(1.0, env.episode_steps.v)
@@ -198,13 +238,28 @@ def total_steps(probe: Probe) -> float:
 
 
 def _startup(probe: Probe, workers: int, slots: int) -> float:
-    env, run = probe.env, probe.run
-    tasks_per_worker = max(1, math.ceil(run.n_tasks / workers))
-    builds = slots * tasks_per_worker if run.n_tasks >= workers else slots
-    build = env.first_build_s.v + max(0, builds - 1) * env.build_s.v
+    """Before the first episode starts (outside eval_s): launch, the policy, the workers, and
+    each worker's envs for its first episodes."""
+    env = probe.env
+    build = env.first_build_s.v + max(0, slots - 1) * env.build_s.v
     # workers start and build in parallel with each other, time-sliced above the core count
     crowd = max(1.0, workers / cores(probe))
     return LAUNCH_S + env.driver_setup_s.v + probe.policy.load_s.v + env.worker_start_s.v * crowd + build * crowd
+
+
+def _builds_in_span(probe: Probe, workers: int, slots: int) -> float:
+    """Seconds a worker spends building envs after the first episode started (inside eval_s).
+
+    Task affinity gives each worker about n_tasks / workers tasks; its first env is built
+    before the run's first episode, the others while the other workers step; at the end a
+    worker whose tasks ran dry joins one still running (half a build on average, measured:
+    4 MetaWorld tasks on 2 workers built 3 and 2 envs).
+    """
+    run, env = probe.run, probe.env
+    if run.n_tasks <= workers:
+        return 0.0
+    crowd = max(1.0, workers / cores(probe))
+    return (run.n_tasks / workers - 0.5) * slots * env.build_s.v * crowd
 
 
 def _sim_wall(probe: Probe, rows: int, rate: float) -> float:
@@ -221,11 +276,11 @@ def _sim_wall(probe: Probe, rows: int, rate: float) -> float:
 
 
 def continuous_worker(probe: Probe, workers: int) -> Candidate:
-    per_step = step_ms(probe, workers) + probe.env.policy_ms_worker.v + WORKER_OVERHEAD_MS
-    rate = workers * 1000.0 / per_step
+    rate = workers * 1000.0 / loop_ms(probe, workers)
     startup = _startup(probe, workers, 1)
-    wall = startup + _sim_wall(probe, workers, rate)
-    return Candidate("continuous", "worker", workers, 1, 1, False, rate, wall, startup, "simulation", total_steps(probe))
+    eval_s = _sim_wall(probe, workers, rate) + _builds_in_span(probe, workers, 1)
+    return Candidate("continuous", "worker", workers, 1, 1, False, rate, startup + eval_s, startup, "simulation",
+                     total_steps(probe), eval_s)
 
 
 def continuous_driver(probe: Probe, workers: int, slots: int) -> Candidate:
@@ -266,8 +321,9 @@ def continuous_driver(probe: Probe, workers: int, slots: int) -> Candidate:
             cycle, bound = core_ms / c, "cpu"
     rate = rows * 1000.0 / max(cycle, 1e-6)
     startup = _startup(probe, workers, slots)
-    wall = startup + _sim_wall(probe, rows, rate)
-    return Candidate("continuous", "driver", workers, slots, max(1, round(b)), False, rate, wall, startup, bound, total_steps(probe))
+    eval_s = _sim_wall(probe, rows, rate) + _builds_in_span(probe, workers, slots)
+    return Candidate("continuous", "driver", workers, slots, max(1, round(b)), False, rate, startup + eval_s, startup, bound,
+                     total_steps(probe), eval_s)
 
 
 def _expected_max_share(probe: Probe, batch: int) -> float:
@@ -306,7 +362,10 @@ def lockstep(probe: Probe, batch: int, use_async: bool) -> Candidate:
     length = max(1.0, probe.env.episode_steps.v)
     stepped = probe.run.n_tasks * per_task_batches * batch * length / useful
     wall = startup + stepped * cycle / 1000.0 / batch
-    return Candidate("lockstep", "driver", 1, 1, batch, use_async, rate, wall, startup, bound, total_steps(probe))
+    # the batch's envs step in env workers: one (sequential), or one per core (in parallel)
+    workers = min(batch, c) if use_async and batch > 1 else 1
+    return Candidate("lockstep", "driver", workers, math.ceil(batch / workers), batch, use_async, rate, wall, startup,
+                     bound, total_steps(probe))
 
 
 # -- the recommendation ------------------------------------------------------------------
@@ -385,7 +444,9 @@ def pick(cands: list[Candidate]) -> Candidate:
 
 def bottleneck_sentence(probe: Probe, best: Candidate) -> str:
     c = cores(probe)
-    sim_rate = best.workers * 1000.0 / max(step_ms(probe, best.workers), 1e-6)
+    per_step = loop_ms(probe, best.workers) if best.placement == "worker" and best.mode == "continuous" \
+        else step_ms(probe, best.workers)
+    sim_rate = best.workers * 1000.0 / max(per_step, 1e-6)
     pts = probe.policy.inference
     if best.mode == "lockstep":
         inf = infer_ms(probe, best.batch, lockstep=True)
@@ -406,7 +467,7 @@ def bottleneck_sentence(probe: Probe, best: Candidate) -> str:
         "memory": "memory-bound",
     }[best.bound]
     return (
-        f"{what}: {c} cores x {1000.0 / max(step_ms(probe, best.workers), 1e-6):.3g} steps/s per core "
+        f"{what}: {c} cores x {1000.0 / max(per_step, 1e-6):.3g} steps/s per core "
         f"(~{sim_rate:.3g} steps/s of simulation with {where}); {infer_txt}"
     )
 
@@ -423,8 +484,7 @@ def recommend(probe: Probe) -> Recommendation:
             f"memory: {probe.machine.mem_available_bytes.v / 2**30:.1f} GiB available fits {mem_cap} workers "
             f"of {probe.env.worker_rss_bytes.v / 2**20:.0f} MiB"
         )
-    best = Candidate(best.mode, best.placement, best.workers, best.slots_per_worker, best.batch, best.use_async_envs,
-                     best.steps_per_s, best.wall_s, best.startup_s, bound, best._total)
+    best = dataclasses.replace(best, bound=bound)
     cap = gpu_batch_cap(probe)
     max_rows = cap if cap is not None and best.placement == "driver" and best.mode == "continuous" else None
     envs_per_batch = best.batch if best.mode == "lockstep" else None
@@ -448,16 +508,17 @@ def recommend(probe: Probe) -> Recommendation:
     if shards > 1:
         # each shard gets its share of cores and units; throughput adds up across GPUs
         per_workers = max(1, cores(probe) // shards)
-        best = Candidate(best.mode, best.placement, min(best.workers, per_workers), best.slots_per_worker, best.batch,
-                         best.use_async_envs, best.steps_per_s, best.wall_s, best.startup_s, best.bound, best._total)
+        best = dataclasses.replace(best, workers=min(best.workers, per_workers))
     wall = best.wall_s
+    eval_s = best.eval_s if best.eval_s > 0 else max(1e-9, best.wall_s - best.startup_s)
     ranked = sorted(cands, key=_cost)[:5]
     return Recommendation(
         mode=best.mode, placement=best.placement, workers=best.workers, slots_per_worker=best.slots_per_worker,
         envs_per_batch=envs_per_batch, max_rows_per_call=max_rows, use_async_envs=best.use_async_envs, render_device=render, use_amp=amp,
-        num_shards=shards, predicted_steps_per_s=total / wall if wall > 0 else 0.0,
+        num_shards=shards, predicted_steps_per_s=total / eval_s,
         steady_steps_per_s=best.steps_per_s, predicted_wall_s=wall, predicted_total_steps=total,
         bottleneck=bottleneck_sentence(probe, best), reasons=tuple(reasons), alternatives=tuple(ranked),
+        predicted_eval_s=eval_s,
     )
 
 
