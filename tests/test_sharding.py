@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 from conftest import load_info, per_episode, run_subprocess
 from rollbench.plan import make_plan, shard
 
-# lockstep: no worker processes, so the many small runs here stay fast
-FAKE = ("eval", "--env.type=fake", "--policy.type=expert", "--eval.n_episodes=5", "--eval.mode=lockstep")
+# lockstep in this process (no env workers), so the many small runs here stay fast; shards
+# with env workers: test_launcher.py, test_soak.py
+FAKE = ("eval", "--env.type=fake", "--policy.type=expert", "--eval.n_episodes=5", "--eval.mode=lockstep",
+        "--eval.isolation=none")
 
 
 @pytest.fixture(scope="module")
