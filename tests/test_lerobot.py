@@ -133,7 +133,8 @@ def test_wrong_features_fail_before_any_episode(cli, tmp_path: Path) -> None:
         "observation.image": PolicyFeature(type=FeatureType.VISUAL, shape=(3, 96, 96)),
     }
     ckpt = make_checkpoint(tmp_path / "aloha_like", PushTConfig(), inputs=aloha_state)
-    _expect_config_error(cli, ckpt, tmp_path / "out", "do not match --env.type=pusht", "observation.state STATE[14]", "env gives [2]")
+    _expect_config_error(cli, ckpt, tmp_path / "out", "do not match --env.type=pusht",
+                         "observation.state: wants STATE[14], env gives STATE[2]", "rollbench check")
 
 
 @pytest.mark.parametrize(

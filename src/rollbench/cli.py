@@ -41,6 +41,7 @@ COMMANDS = {
     "report": "write DIR/report.html: summary, per-task success with intervals, lengths, throughput, videos",
     "compare": "is run B better than run A? per-task and overall differences with exact tests and a verdict",
     "serve": "serve a policy over a websocket to rollbench, openpi and vla-eval clients, batched across clients",
+    "check": "before a run: does a LeRobot checkpoint fit the benchmark? a table of inputs, stats, action, fixes",
     "list": "show the registered benchmarks (tasks, groups) and policy types",
 }
 
@@ -216,6 +217,52 @@ def main_help() -> str:
 # -- commands -----------------------------------------------------------------------
 
 
+CHECK_HELP = """usage: rollbench check <the flags of rollbench eval>
+
+Compares a LeRobot checkpoint (--policy.path) with what the benchmark gives, before any
+episode: one env is reset and its observation, after the env's processors and
+--rename_map, is set against the checkpoint's input features (keys, shapes, dtypes,
+ranges), its normaliser's stats, and its action (dimension, range vs the env's bounds).
+Prints a table with the fix of each mismatch (a --rename_map, an image size flag, ...).
+Exit 0: it fits (warnings may be listed); 2: a hard mismatch (eval refuses it too)."""
+
+
+def cmd_check(flags: dict[str, str]) -> int:
+    from rollbench.policies.lerobot import check_checkpoint_dir
+    from rollbench.policies.lerobot_check import observed, preflight, table
+    from rollbench.rendering import apply_backend, choose_backend
+    from rollbench.scheduler.shm import stack_any
+
+    cfg = config_from_flags(flags)
+    if cfg.policy.type != "lerobot":
+        raise ConfigError(f"rollbench check compares a LeRobot checkpoint (--policy.path=DIR) with a benchmark; "
+                          f"--policy.type={cfg.policy.type} has no checkpoint to check")
+    ckpt = check_checkpoint_dir(cfg.policy.path)
+    bench = cfg.env
+    bench.check_available()
+    bench.validate_tasks()
+    apply_backend(choose_backend(cfg.render_device))
+    task = next(t for names in bench.tasks().values() for t in names)
+    env = bench.make_task_env(task)
+    try:
+        obs, _ = env.reset(seed=cfg.seed)
+        action_space = env.action_space
+    finally:
+        env.close()
+    pre, _ = bench.get_env_processors()
+    batch = pre(bench.to_features(stack_any([obs])))
+    renames = cfg.policy.renames()
+    batch = {renames.get(k, k): v for k, v in batch.items()}
+    rows = preflight(ckpt, observed(batch), action_space, bench)
+    print(f"checkpoint {ckpt}\nagainst --env.type={bench.type_name} (task {task}, one reset with seed {cfg.seed})\n")
+    print(table(rows))
+    hard = [r for r in rows if r.status == "hard"]
+    soft = [r for r in rows if r.status == "soft"]
+    print(f"\n{len(rows) - len(hard) - len(soft)} ok, {len(soft)} warnings, {len(hard)} mismatches: "
+          + ("rollbench eval refuses this checkpoint with these flags" if hard else "it fits"))
+    return 2 if hard else 0
+
+
 def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
     from rollbench.lifecycle import run_eval
     from rollbench.results.summary import table
@@ -354,15 +401,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             from rollbench.serve import serve_help
 
             helps = {"eval": eval_help, "tune": tune_help, "merge": lambda: MERGE_HELP, "list": lambda: LIST_HELP,
-                     "report": lambda: REPORT_HELP, "compare": lambda: COMPARE_HELP, "serve": serve_help}
+                     "report": lambda: REPORT_HELP, "compare": lambda: COMPARE_HELP, "serve": serve_help,
+                     "check": lambda: CHECK_HELP}
             print(helps[command]())
             return 0
         flags, positional = parse_flags(rest)
-        if command not in ("eval", "tune"):
+        if command not in ("eval", "tune", "check"):
             flags.pop("debug", None)
-        if command in ("eval", "tune"):
+        if command in ("eval", "tune", "check"):
             if positional:
                 raise ConfigError(f"unexpected argument {positional[0]!r}; flags look like --env.type=metaworld")
+            if command == "check":
+                return cmd_check(flags)
             return cmd_eval(flags, ["rollbench", *argv]) if command == "eval" else cmd_tune(flags)
         if command == "merge":
             return cmd_merge(positional, flags)

@@ -115,34 +115,25 @@ def load_config(ckpt: Path, options: Mapping[str, str], device: str, use_amp: bo
         raise ConfigError(f"--policy.path={ckpt}: cannot build its {ptype!r} config with {' '.join(overrides)} ({_first_line(err)})") from None
 
 
-def check_features(cfg: Any, ctx: PolicyContext, ckpt: Path) -> None:
-    """Every input the checkpoint reads must come from the benchmark, with its shape."""
-    provided: dict[str, tuple[str, tuple[int, ...]]] = {}
-    for key, ft in ctx.benchmark.features.items():
-        shape = tuple(ft.shape)
-        if ft.type == "VISUAL" and len(shape) == 3:
-            shape = (shape[2], shape[0], shape[1])  # the env's HWC, as the policy sees it (CHW)
-        provided[key] = (ft.type, shape)
+def check_features(ctx: PolicyContext, ckpt: Path) -> None:
+    """Before any episode: the checkpoint's inputs, stats and action against the benchmark's
+    declared features (`rollbench check` does the same from a real observation and prints
+    the whole table). A hard mismatch is refused; a soft one is a warning."""
+    from rollbench.policies.lerobot_check import declared, preflight, summary
+
     bench = f"--env.type={ctx.benchmark.type_name}"
-    if not provided:
+    gives = declared(ctx.benchmark, ctx.config.renames())
+    if not gives:
         log.warning("%s declares no features; cannot check the checkpoint's inputs against it", bench)
         return
-    wanted = {k: (v.type.name, tuple(v.shape)) for k, v in cfg.input_features.items()}
-    problems = []
-    for key, (kind, shape) in wanted.items():
-        if key not in provided:
-            problems.append(f"{key} {kind}{list(shape)} (not produced)")
-        elif provided[key][1] != shape:
-            problems.append(f"{key} {kind}{list(shape)} (env gives {list(provided[key][1])})")
-    action = getattr(ctx.action_space, "shape", None)
-    out = cfg.output_features.get("action")
-    if out is not None and action is not None and tuple(out.shape) != tuple(action):
-        problems.append(f"action {list(out.shape)} (env takes {list(action)})")
-    if problems:
-        offered = ", ".join(f"{k} {t}{list(s)}" for k, (t, s) in provided.items() if t != "ACTION")
+    rows = preflight(ckpt, gives, ctx.action_space, ctx.benchmark)
+    for r in rows:
+        if r.status == "soft":
+            (log.info if r.wants == "(not read)" else log.warning)("%s: %s: %s vs %s; %s", ckpt.name, r.key, r.wants, r.gets, r.fix)
+    if any(r.status == "hard" for r in rows):
         raise ConfigError(
-            f"--policy.path={ckpt}: the checkpoint's features do not match {bench}: {'; '.join(problems)}; "
-            f"the env provides {offered}"
+            f"--policy.path={ckpt}: the checkpoint's features do not match {bench}: {summary(rows)}; "
+            f"`rollbench check` with the same flags prints the whole table"
         )
 
 
@@ -195,7 +186,7 @@ class LeRobotPolicy(Policy):
         if conf.device == "mps" and not torch.backends.mps.is_available():
             raise ConfigError("--policy.device=mps: torch sees no MPS device here")
         self.cfg = load_config(ckpt, conf.options, conf.device, conf.use_amp)
-        check_features(self.cfg, ctx, ckpt)
+        check_features(ctx, ckpt)
         try:
             self.policy = get_policy_class(self.cfg.type).from_pretrained(str(ckpt), config=self.cfg)
             self.preprocessor, self.postprocessor = make_pre_post_processors(

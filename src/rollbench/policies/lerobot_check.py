@@ -1,0 +1,218 @@
+"""Preflight of a LeRobot checkpoint against a benchmark: does what the env gives fit what
+the checkpoint was trained on? (`rollbench check`, and `eval` before any episode.)
+
+    checkpoint: config.json input/output features, normalization_mapping, the normaliser's
+                stats (policy_preprocessor_step_*_normalizer_processor.safetensors)
+    env:        its observation after its processors and --rename_map, as the policy gets it
+                (`rollbench check` resets one env; `eval` uses the benchmark's declared
+                features), and its action space
+
+Every row is `ok`, `soft` (a warning: it runs, but look) or `hard` (the run would give
+nonsense or crash: refused), with the fix where one is known.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rollbench.config.env import BenchmarkConfig
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    wants: str  # what the checkpoint expects
+    gets: str  # what the env gives
+    status: str  # ok | soft | hard
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Given:
+    """One input as the policy gets it: kind (VISUAL / STATE / ENV), shape (images CHW),
+    and, from a real observation, dtype and value range."""
+
+    kind: str
+    shape: tuple[int, ...]
+    dtype: str = ""
+    low: float | None = None
+    high: float | None = None
+
+    def text(self) -> str:
+        out = f"{self.kind}{list(self.shape)}"
+        if self.dtype:
+            out += f" {self.dtype}"
+        if self.low is not None and self.high is not None:
+            out += f" [{self.low:.3g}, {self.high:.3g}]"
+        return out
+
+
+def declared(benchmark: BenchmarkConfig, renames: Mapping[str, str]) -> dict[str, Given]:
+    """The benchmark's declared features as the policy sees them (images channel-first)."""
+    out = {}
+    for key, ft in benchmark.features.items():
+        if ft.type == "ACTION":
+            continue
+        shape = tuple(ft.shape)
+        if ft.type == "VISUAL" and len(shape) == 3:
+            shape = (shape[2], shape[0], shape[1])
+        out[renames.get(key, key)] = Given(ft.type, shape)
+    return out
+
+
+def observed(batch: Mapping[str, Any]) -> dict[str, Given]:
+    """Inputs from one real, processed observation batch (a batch of one)."""
+    out = {}
+    for key, value in batch.items():
+        if key == "task":
+            continue
+        arr = np.asarray(value)
+        if arr.dtype == object or arr.ndim < 2:
+            continue
+        row = arr[0]
+        if row.ndim == 3:  # HWC image as the env gives it; the policy sees CHW
+            h, w, c = row.shape
+            kind, shape = "VISUAL", (c, h, w)
+        else:
+            kind, shape = ("ENV" if "environment_state" in key else "STATE"), tuple(row.shape)
+        finite = row[np.isfinite(row)] if np.issubdtype(row.dtype, np.floating) else row
+        low = float(finite.min()) if finite.size else None
+        high = float(finite.max()) if finite.size else None
+        out[key] = Given(kind, shape, str(arr.dtype), low, high)
+    return out
+
+
+def stats_keys(ckpt: Path) -> set[str] | None:
+    """Keys (e.g. `observation.state.mean`) of the pre-processor's normaliser stats; None
+    when the checkpoint has no normaliser stats file at all."""
+    files = sorted(ckpt.glob("policy_preprocessor_step_*_normalizer_processor.safetensors"))
+    if not files:
+        return None
+    from safetensors import safe_open
+
+    keys: set[str] = set()
+    for f in files:
+        with safe_open(str(f), framework="numpy") as fh:
+            keys.update(fh.keys())
+    return keys
+
+
+def _needed_stats(mode: str) -> tuple[str, ...]:
+    return {"MEAN_STD": ("mean", "std"), "MIN_MAX": ("min", "max")}.get(mode, ())
+
+
+def preflight(ckpt: Path, gives: Mapping[str, Given], action_space: Any, benchmark: BenchmarkConfig) -> list[Row]:
+    cfg = json.loads((ckpt / "config.json").read_text())
+    inputs: dict[str, dict[str, Any]] = cfg.get("input_features") or {}
+    outputs: dict[str, dict[str, Any]] = cfg.get("output_features") or {}
+    modes: dict[str, str] = cfg.get("normalization_mapping") or {}
+    have = stats_keys(ckpt)
+    rows: list[Row] = []
+    unused = {k: g for k, g in gives.items() if k not in inputs}
+    for key, ft in inputs.items():
+        kind, shape = str(ft.get("type")), tuple(ft.get("shape") or ())
+        wants = f"{kind}{list(shape)}"
+        given = gives.get(key)
+        if given is None:
+            same = [k for k, g in unused.items() if g.kind == kind and g.shape == shape]
+            fix = (f"--rename_map='{{\"{same[0]}\": \"{key}\"}}'" if same else
+                   f"the env gives no {kind} input of that shape; it gives: "
+                   + ", ".join(f"{k} {g.kind}{list(g.shape)}" for k, g in gives.items()))
+            rows.append(Row(key, wants, "(not produced)", "hard", fix))
+            continue
+        if given.shape != shape:
+            rows.append(Row(key, wants, given.text(), "hard", _shape_fix(key, kind, shape, given, benchmark)))
+        elif kind == "VISUAL" and given.high is not None and given.dtype.startswith("float") and given.high > 1.5:
+            rows.append(Row(key, wants, given.text(), "soft", "float images above 1: LeRobot expects uint8 0..255 "
+                                                             "or float 0..1; check the env's image processor"))
+        else:
+            rows.append(Row(key, wants, given.text(), "ok"))
+        rows.extend(_stats_row(key, kind, modes, have))
+    for key, given in unused.items():
+        rows.append(Row(key, "(not read)", given.text(), "soft", "the checkpoint does not read it; intended? "
+                        "(a camera under another name: --rename_map)"))
+    rows.extend(_action_rows(outputs, modes, have, action_space, ckpt))
+    return rows
+
+
+def _shape_fix(key: str, kind: str, shape: tuple[int, ...], given: Given, benchmark: BenchmarkConfig) -> str:
+    if kind == "VISUAL" and len(shape) == 3 and shape[0] == given.shape[0]:
+        fields = {f for f in getattr(benchmark, "__dataclass_fields__", {})}
+        if {"observation_width", "observation_height"} <= fields:
+            return f"--env.observation_width={shape[2]} --env.observation_height={shape[1]}"
+        return (f"--env.type={benchmark.type_name} renders {given.shape[2]}x{given.shape[1]} images; the checkpoint "
+                f"was trained on {shape[2]}x{shape[1]} (another env version or camera?)")
+    return (f"the checkpoint was trained on another env or observation type ({kind} {list(shape)}, the env gives "
+            f"{list(given.shape)}): check --env.type / --env.obs_type / --env.state_keys")
+
+
+def _stats_row(key: str, kind: str, modes: Mapping[str, str], have: set[str] | None) -> list[Row]:
+    needed = _needed_stats(modes.get(kind, "IDENTITY"))
+    if not needed:
+        return []
+    missing = [f"{key}.{s}" for s in needed if have is None or f"{key}.{s}" not in have]
+    if not missing:
+        return []
+    return [Row(f"{key} (stats)", f"{modes.get(kind)}: {', '.join(needed)}", "missing: " + ", ".join(missing), "hard",
+                "the pre-processor cannot normalise it: re-save the checkpoint's processors with the dataset's stats")]
+
+
+def _action_rows(outputs: Mapping[str, Any], modes: Mapping[str, str], have: set[str] | None, action_space: Any,
+                 ckpt: Path) -> list[Row]:
+    ft = outputs.get("action")
+    space_shape = tuple(getattr(action_space, "shape", None) or ())
+    if ft is None:
+        return [Row("action", "(no action output)", f"{list(space_shape)}", "hard", "not a policy checkpoint?")]
+    shape = tuple(ft.get("shape") or ())
+    rows = []
+    if shape != space_shape:
+        rows.append(Row("action", f"ACTION{list(shape)}", f"env takes {list(space_shape)}", "hard",
+                        "the checkpoint drives another robot or control mode (--env.type / --env.control_mode)"))
+        return rows
+    rows.append(Row("action", f"ACTION{list(shape)}", f"env takes {list(space_shape)}", "ok"))
+    rows.extend(_stats_row("action", "ACTION", modes, have))
+    low, high = getattr(action_space, "low", None), getattr(action_space, "high", None)
+    bounds = _action_range(ckpt)
+    if bounds is not None and low is not None and high is not None:
+        lo, hi = bounds
+        span = np.maximum(np.asarray(high, dtype=float) - np.asarray(low, dtype=float), 1e-9)
+        outside = (lo < low - 0.05 * span) | (hi > high + 0.05 * span)
+        if np.any(outside):
+            rows.append(Row("action (range)", f"dataset [{np.round(lo, 3).tolist()}, {np.round(hi, 3).tolist()}]",
+                            f"env bounds [{np.round(low, 3).tolist()}, {np.round(high, 3).tolist()}]", "soft",
+                            "the training actions leave the env's bounds: actions get clipped (another action "
+                            "space or scale?)"))
+    return rows
+
+
+def _action_range(ckpt: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    files = sorted(ckpt.glob("policy_postprocessor_step_*_unnormalizer_processor.safetensors"))
+    if not files:
+        return None
+    from safetensors.numpy import load_file
+
+    data = load_file(str(files[0]))
+    if "action.min" in data and "action.max" in data:
+        return data["action.min"].astype(float), data["action.max"].astype(float)
+    return None
+
+
+def table(rows: list[Row]) -> str:
+    head = ("input", "checkpoint wants", "env gives", "", "fix")
+    cells = [head, *[(r.key, r.wants, r.gets, r.status, r.fix) for r in rows]]
+    widths = [max(len(c[i]) for c in cells) for i in range(4)]
+    lines = ["  ".join(c[i].ljust(widths[i]) for i in range(4)) + ("  " + c[4] if c[4] else "") for c in cells]
+    lines.insert(1, "-" * min(120, sum(widths) + 8))
+    return "\n".join(lines)
+
+
+def summary(rows: list[Row]) -> str:
+    """One line of the hard problems, for an error message."""
+    return "; ".join(f"{r.key}: wants {r.wants}, env gives {r.gets}" + (f" (fix: {r.fix})" if r.fix else "")
+                     for r in rows if r.status == "hard")
