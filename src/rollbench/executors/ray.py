@@ -49,6 +49,7 @@ from rollbench.results.records import EpisodeRecord
 from rollbench.scheduler.common import StepContext
 from rollbench.scheduler.continuous import UnitQueue
 from rollbench.scheduler.decide import decide_mode, decide_placement, default_slots, video_plan
+from rollbench.scheduler.pool import retry_or_fail
 
 if TYPE_CHECKING:
     from rollbench.lifecycle import Run
@@ -283,10 +284,7 @@ class RayExecutor(Executor):
         fruitless = 0
 
         def give_up_or_retry(unit: EpisodeUnit, attempt: int, error: str, worker: str) -> Iterator[EpisodeRecord]:
-            if attempt < max_retries:
-                queue.retry(unit, attempt + 1)
-            else:
-                yield EpisodeRecord.failed(unit, error, worker, attempt)
+            return retry_or_fail(unit, attempt, max_retries, error, worker, queue.retry)
 
         while len(queue) or suspects or inflight:
             # round-robin, one call per actor per pass, so the first calls spread over all actors

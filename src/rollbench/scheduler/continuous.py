@@ -30,7 +30,7 @@ from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
 from rollbench.results.records import EpisodeRecord
 from rollbench.scheduler.common import StepContext, act_surviving, cpu_count, driver_threads
-from rollbench.scheduler.pool import PoolOptions, WorkerHandle, WorkerPool, flat_layout
+from rollbench.scheduler.pool import PoolOptions, WorkerHandle, WorkerPool, flat_layout, retry_or_fail
 from rollbench.scheduler.shm import stack_any
 from rollbench.scheduler.worker import Report, SlotError
 
@@ -146,10 +146,7 @@ class ContinuousScheduler(WorkerPool):
                 self.send(w, ("assign", assigned[w.index]))
 
     def _give_up_or_retry(self, unit: EpisodeUnit, attempt: int, error: str, worker: str) -> Iterator[EpisodeRecord]:
-        if attempt < self.opts.max_retries:
-            self.queue.retry(unit, attempt + 1)
-        else:
-            yield EpisodeRecord.failed(unit, error, worker, attempt, 0.0)
+        return retry_or_fail(unit, attempt, self.opts.max_retries, error, worker, self.queue.retry)
 
     def _absorb(self, w: WorkerHandle, report: Report) -> Iterator[EpisodeRecord]:
         w.reported = True

@@ -38,7 +38,7 @@ from rollbench.results.records import EpisodeRecord
 from rollbench.results.video import VideoRecorder
 from rollbench.rollout import EpisodeTracker, VideoPlan, grab_frame, split_vector_info
 from rollbench.scheduler.common import StepContext
-from rollbench.scheduler.pool import PoolOptions, WorkerHandle, WorkerPool, flat_layout
+from rollbench.scheduler.pool import PoolOptions, WorkerHandle, WorkerPool, flat_layout, retry_or_fail
 from rollbench.scheduler.shm import stack_any
 from rollbench.scheduler.worker import SlotError
 
@@ -377,7 +377,4 @@ class LockstepPool(WorkerPool):
     def _retry(
         self, unit: EpisodeUnit, attempt: int, error: str, worker: str, again: list[tuple[EpisodeUnit, int]],
     ) -> Iterator[EpisodeRecord]:
-        if attempt < self.opts.max_retries:
-            again.append((unit, attempt + 1))
-        else:
-            yield EpisodeRecord.failed(unit, error, worker, attempt, 0.0)
+        return retry_or_fail(unit, attempt, self.opts.max_retries, error, worker, lambda u, a: again.append((u, a)))

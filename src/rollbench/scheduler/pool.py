@@ -24,6 +24,7 @@ from typing import Any
 
 from rollbench.errors import ConfigError, PolicyError, WorkerError
 from rollbench.plan import EpisodeUnit
+from rollbench.results.records import EpisodeRecord
 from rollbench.results.store import pid_alive
 from rollbench.rollout import VideoPlan
 from rollbench.scheduler.common import StepContext
@@ -84,6 +85,18 @@ class Loss:
     error: Callable[[EpisodeUnit], str]
     charged: list[tuple[int, EpisodeUnit, int]]  # (slot, unit, attempt)
     interrupted: list[tuple[int, EpisodeUnit, int]]
+
+
+def retry_or_fail(
+    unit: EpisodeUnit, attempt: int, max_retries: int, error: str, worker: str,
+    requeue: Callable[[EpisodeUnit, int], None],
+) -> Iterator[EpisodeRecord]:
+    """A unit that failed on its `attempt`: `requeue(unit, attempt + 1)` while retries are
+    left (--eval.max_retries), else its `failed` record, with the cause."""
+    if attempt < max_retries:
+        requeue(unit, attempt + 1)
+    else:
+        yield EpisodeRecord.failed(unit, error, worker, attempt, 0.0)
 
 
 def tail(path: Path, n: int = STDERR_TAIL_LINES) -> str:
