@@ -52,6 +52,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_policies import WORKLOADS, make_raw_policy
+from proctable import cpu_table
 from rollbench.cli import config_from_flags
 from rollbench.executors.local import LocalExecutor
 from rollbench.lifecycle import run_eval
@@ -64,22 +65,13 @@ class CpuMeter:
     every 0.1 s, so a process that exits loses at most its last 0.1 s)."""
 
     def __init__(self) -> None:
-        self.tick = os.sysconf("SC_CLK_TCK")
         self.start: dict[int, float] = {}
         self.seen: dict[int, float] = {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._poll, daemon=True)
 
     def _tree(self) -> dict[int, float]:
-        stats: dict[int, tuple[int, float]] = {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as fh:
-                        fields = fh.read().rsplit(")", 1)[1].split()
-                except OSError:
-                    continue
-                stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / self.tick)
+        stats = cpu_table()
         out = {os.getpid(): stats.get(os.getpid(), (0, 0.0))[1]}
         frontier = [os.getpid()]
         while frontier:

@@ -35,6 +35,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from proctable import cpu_table
+
 BIN = Path(sys.executable).parent
 WORKLOAD = ["--env.type=metaworld", "--env.task=push-v3,reach-v3,door-open-v3,window-open-v3",
             "--policy.type=expert", "--eval.max_episodes_rendered=0"]
@@ -53,19 +57,9 @@ class CpuWatch:
         self._last: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-        self._tick = os.sysconf("SC_CLK_TCK")
 
     def _sample(self) -> None:
-        stats: dict[int, tuple[int, float]] = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / self._tick)
+        stats = cpu_table()
         me = os.getpid()
 
         def ours(pid: int) -> bool:
