@@ -257,9 +257,6 @@ class LockstepPool(WorkerPool):
     later batch of the same task (`run_task`), after its other batches.
     """
 
-    def __init__(self, ctx: StepContext, opts: PoolOptions, layout: Any, tag: str) -> None:
-        super().__init__(ctx, opts, layout, tag)
-
     def run_task(
         self, policy: Policy, units: list[EpisodeUnit], n_envs: int, slot_base: int, stop: threading.Event | None,
     ) -> Iterator[EpisodeRecord]:
