@@ -165,7 +165,9 @@ def _adapter(ckpt: Path, **options: str):
         space = env.action_space
     finally:
         env.close()
-    return make_policy(PolicyContext(PolicyConfig(type="lerobot", path=str(ckpt), options=options), bench, space))
+    policy = make_policy(PolicyContext(PolicyConfig(type="lerobot", path=str(ckpt), options=options), bench, space))
+    policy.ready()  # the weights load on a thread; these tests reach into them
+    return policy
 
 
 def _batch(n: int, rng: np.random.Generator) -> dict:
@@ -250,7 +252,7 @@ def test_a_sampling_policy_repeats_its_episodes(tmp_path: Path) -> None:
     ckpt = make_checkpoint(tmp_path / "diffusion", PushTConfig(), policy_type="diffusion")
     runs = []
     for name in ("a", "b"):
-        res = run_subprocess(*rollbench_args(ckpt, tmp_path / name, "--eval.batch_size=2"))
+        res = run_subprocess(*rollbench_args(ckpt, tmp_path / name, "--eval.mode=lockstep", "--eval.batch_size=2"))
         assert res.rc == 0, res.err[-3000:]
         assert load_info(tmp_path / name)["mode"] == "lockstep"
         runs.append(per_episode(tmp_path / name))

@@ -8,6 +8,7 @@ failed (or a merged result is partial), 2 bad usage or configuration, 130 interr
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import importlib
 import logging
@@ -103,6 +104,14 @@ def config_from_flags(flags: dict[str, str]) -> RunConfig:
     if not flags.get("output_dir"):
         flags["output_dir"] = default_output_dir(env.type_name, policy.type, flags.get("job_name"))
     return build(RunConfig, flags, "", env=env, policy=policy, eval=eval_cfg, tune=tune_cfg, ray=ray_cfg)
+
+
+def resolved(cfg: RunConfig) -> RunConfig:
+    """The run's config with a hub checkpoint resolved to its commit (downloaded once, here)."""
+    from rollbench.policies.hub import resolve_policy
+
+    policy = resolve_policy(cfg.policy)
+    return cfg if policy is cfg.policy else dataclasses.replace(cfg, policy=policy)
 
 
 def config_from_dict(data: dict[str, Any]) -> RunConfig:
@@ -237,7 +246,8 @@ def cmd_check(flags: dict[str, str]) -> int:
     if cfg.policy.type != "lerobot":
         raise ConfigError(f"rollbench check compares a LeRobot checkpoint (--policy.path=DIR) with a benchmark; "
                           f"--policy.type={cfg.policy.type} has no checkpoint to check")
-    ckpt = check_checkpoint_dir(cfg.policy.path)
+    cfg = resolved(cfg)
+    ckpt = check_checkpoint_dir(cfg.policy)
     bench = cfg.env
     bench.check_available()
     bench.validate_tasks()
@@ -267,7 +277,7 @@ def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
     from rollbench.lifecycle import run_eval
     from rollbench.results.summary import table
 
-    cfg = config_from_flags(flags)
+    cfg = resolved(config_from_flags(flags))
     if cfg.executor == "ray":
         from rollbench.executors.ray import RayExecutor
 
@@ -301,7 +311,7 @@ def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
 def cmd_tune(flags: dict[str, str]) -> int:
     from rollbench import tune
 
-    cfg = config_from_flags(flags)
+    cfg = resolved(config_from_flags(flags))
     if cfg.workers == "auto":
         raise ConfigError("--workers=auto is for rollbench eval; rollbench tune measures and recommends workers itself")
     probe = tune.measure(cfg)

@@ -12,7 +12,15 @@ from rollbench.errors import ConfigError
 @dataclass(frozen=True)
 class PolicyConfig:
     type: str = opt("", "policy type (see `rollbench list`); a LeRobot checkpoint dir in --policy.path implies lerobot")
-    path: str | None = opt(None, "module policy: pkg.mod:factory; lerobot: checkpoint directory")
+    path: str | None = opt(
+        None, "module policy: pkg.mod:factory; lerobot: checkpoint directory, or a hub id ORG/NAME (downloaded "
+        "once into the Hugging Face cache; HF_HUB_OFFLINE=1 uses the cache only)"
+    )
+    revision: str | None = opt(None, "lerobot, hub id: the branch, tag or commit to evaluate (default main)")
+    commit: str | None = opt(
+        None, "lerobot, hub id: the commit the revision resolved to; rollbench fills it in and records it "
+        "(part of a run's identity), a resume or shard finds the checkpoint by it"
+    )
     device: str = opt("cpu", "device for torch policies: cpu, cuda, cuda:N, mps")
     use_amp: bool = opt(False, "run torch policies under autocast")
     placement: Literal["auto", "worker", "driver"] = opt(

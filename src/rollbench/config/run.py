@@ -84,7 +84,8 @@ class RunConfig:
         for key in (*SECRET_OPTIONS, *TRANSPORT_OPTIONS):
             options.pop(key, None)
         policy["options"] = options
-        for key in ("placement", "max_batch_size"):  # where and how many per call, not what
+        # where and how many per call, not what; a hub revision is what its commit is
+        for key in ("placement", "max_batch_size", "revision"):
             policy.pop(key, None)
         return {
             "env": to_dict(self.env),

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from rollbench import timeline
 from rollbench.config.run import RunConfig
 from rollbench.executors.base import Executor
 from rollbench.policies.base import Policy
@@ -56,6 +57,9 @@ class LocalExecutor(Executor):
         if cfg.workers == "auto":  # after the directory is accepted: a refused one is said before a 30 s probe
             from rollbench import tune
 
+            t0 = time.perf_counter()
+            self.policy.ready()  # the probe needs it whole, and its load time
+            self.load_s += time.perf_counter() - t0
             cfg, _, rec, use = tune.for_eval(cfg, self.policy, self.load_s, self.rss_before)
             self.tuned = tune.prediction(rec, use)
             self.cfg = cfg
@@ -80,7 +84,8 @@ class LocalExecutor(Executor):
 
     def facts(self) -> ExecutionFacts:
         assert self.schedule is not None
-        return ExecutionFacts(self.schedule.mode, scheduling=dataclasses.asdict(self.schedule), tune=self.tuned)
+        return ExecutionFacts(self.schedule.mode, scheduling=dataclasses.asdict(self.schedule), tune=self.tuned,
+                              startup=timeline.startup())
 
     def describe(self) -> str:
         assert self.schedule is not None

@@ -72,6 +72,8 @@ def child_env(base: dict[str, str], gl: str, gpu: Gpu | None) -> dict[str, str]:
 def user_flags(flags: dict[str, str], cfg: RunConfig) -> list[str]:
     """The user's flags minus those the launcher sets, plus the resolved output_dir."""
     out = [f"--{k}={v}" for k, v in flags.items() if k not in _CHILD_FLAGS]
+    if cfg.policy.commit and "policy.commit" not in flags:  # a hub checkpoint: found in the cache by it
+        out.append(f"--policy.commit={cfg.policy.commit}")
     return [*out, f"--output_dir={cfg.output_dir}"]
 
 

@@ -63,6 +63,11 @@ class Policy(abc.ABC):
     def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
         """One action per row of `batch`."""
 
+    def ready(self) -> None:  # noqa: B027
+        """Return once the policy can act; raise what keeps it from acting. An adapter may
+        load in the background after its constructor has checked its inputs (the LeRobot
+        adapter loads its weights while the env workers start); reset and act wait for it."""
+
     def close(self) -> None:  # noqa: B027
         """Free what the policy holds."""
 

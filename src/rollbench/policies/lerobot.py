@@ -18,8 +18,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import importlib
+import importlib.util
 import json
 import logging
+import sys
+import threading
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -28,21 +32,40 @@ from typing import Any
 
 import numpy as np
 
+from rollbench import timeline
+from rollbench.config.policy import PolicyConfig
 from rollbench.errors import ConfigError, did_you_mean
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext
+from rollbench.policies.hub import REQUIRED_FILES, checkpoint_dir
 
 log = logging.getLogger(__name__)
 
-REQUIRED_FILES = ("config.json", "model.safetensors", "policy_preprocessor.json", "policy_postprocessor.json")
 INSTALL_HINT = "see docs/lerobot.md (pip install --no-deps lerobot==0.4.4 -r constraints/lerobot.txt)"
 
-#: how each policy type's episode state is kept. "chunk": `select_action` is
-#: `predict_action_chunk(obs)[:, :n_action_steps]` into a queue, so one queue per slot is
-#: exact (checked bit for bit against LeRobot's own select_action for ACT). Every other type
-#: runs in lockstep with the policy's own `select_action`, exactly as lerobot-eval runs it:
-#: pi0/pi05/groot follow the same chunk pattern in 0.4.4 and Diffusion needs a per-slot
-#: observation history, but neither is tested here yet, so neither takes a per-slot path.
-PATHS = {"act": "chunk"}
+#: how each policy type's episode state is kept, per slot where it is checked against the
+#: type's own `select_action` at one row per call (tests/test_lerobot.py, tests/test_lerobot_chunking.py):
+#: - "chunk" (ACT): `select_action` is `predict_action_chunk(obs)[:, :n_action_steps]` into a
+#:   queue, so one queue per slot is exact;
+#: - "history" (Diffusion): one history of the last `n_obs_steps` observations and one action
+#:   queue per slot, and one torch generator per episode for the sampler's noise, so a row's
+#:   draws do not depend on which rows share its call.
+#: Every other type runs in lockstep with the policy's own `select_action`, exactly as
+#: lerobot-eval runs it: pi0/pi05/smolvla/groot follow the chunk pattern in 0.4.4 but cannot
+#: be built here (their VLM backbones and tokenizers come from the hub), so none is checked.
+PATHS = {"act": "chunk", "diffusion": "history"}
+
+#: policy types that bring their own env processors (LeRobot's `make_env_pre_post_processors`
+#: returns the policy's pipelines instead of the env's); rollbench does not apply them yet
+OWNS_ENV_PROCESSORS = {"xvla"}
+
+#: types that load without the rest of LeRobot's policies: their configuration module and
+#: their policy class by name, their processor pipelines from the checkpoint's files (what
+#: `make_pre_post_processors` does for every type but GR00T). Any other type goes through
+#: `lerobot.policies` whole: its processor steps may register themselves there (SmolVLA's).
+LIGHT = {
+    "act": "lerobot.policies.act.modeling_act:ACTPolicy",
+    "diffusion": "lerobot.policies.diffusion.modeling_diffusion:DiffusionPolicy",
+}
 
 OBS_IMAGE = "observation.image"
 OBS_IMAGES = "observation.images"
@@ -64,12 +87,16 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0] if text else ''}"
 
 
-def check_checkpoint_dir(path: str | None) -> Path:
+def check_checkpoint_dir(conf: PolicyConfig) -> Path:
+    """The checkpoint's directory (a hub id's cached snapshot), with every file it needs."""
+    path = conf.path
     if not path:
-        raise ConfigError("--policy.type=lerobot needs --policy.path=<checkpoint dir> (config.json, model.safetensors, processors)")
-    ckpt = Path(path)
+        raise ConfigError("--policy.type=lerobot needs --policy.path=<checkpoint dir or hub id ORG/NAME> "
+                          "(config.json, model.safetensors, processors)")
+    ckpt = checkpoint_dir(conf)
     if not ckpt.is_dir():
-        raise ConfigError(f"--policy.path={path}: not a directory; expected a LeRobot checkpoint directory (hub ids are not supported)")
+        raise ConfigError(f"--policy.path={path}: not a directory, nor a hub id (ORG/NAME); expected a LeRobot "
+                          f"checkpoint directory or a repository on the hub")
     missing = [name for name in REQUIRED_FILES if not (ckpt / name).is_file()]
     if missing:
         raise ConfigError(
@@ -79,18 +106,81 @@ def check_checkpoint_dir(path: str | None) -> Path:
     return ckpt
 
 
-def load_config(ckpt: Path, options: Mapping[str, str], device: str, use_amp: bool) -> Any:
-    """The checkpoint's `PreTrainedConfig` with the flags applied, or a ConfigError saying why not."""
-    from lerobot.configs.policies import PreTrainedConfig
-
-    version = _lerobot_version()
+def read_config(ckpt: Path) -> dict[str, Any]:
+    """The checkpoint's config.json as saved (no LeRobot import)."""
     try:
         raw = json.loads((ckpt / "config.json").read_text())
     except (OSError, ValueError) as err:
         raise ConfigError(f"--policy.path={ckpt}: config.json is not readable JSON ({_first_line(err)})") from err
-    ptype = raw.get("type") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"--policy.path={ckpt}: config.json holds a {type(raw).__name__}, not LeRobot's policy config")
+    return raw
+
+
+_POLICIES = "lerobot.policies"
+_deferred = threading.RLock()
+
+
+def defer_policies_init() -> None:
+    """Make `lerobot.policies` a package whose `__init__` runs when a name of it is first read.
+
+    That `__init__` imports every policy type's configuration (GR00T's imports torchvision and
+    transformers: ~1.5 s of a 4 s import here), while `lerobot.policies.act.configuration_act`
+    needs only its own. Submodules import as usual (the package has its `__path__`); the
+    first `from lerobot.policies import X`, or `getattr`, runs the real `__init__`, so code
+    that reads the package later sees it whole. Nothing happens when it is imported already.
+    """
+    with _deferred:
+        if _POLICIES in sys.modules:
+            return
+        spec = importlib.util.find_spec(_POLICIES)
+        if spec is None or spec.loader is None or spec.submodule_search_locations is None:
+            return  # the plain import below then says what is missing
+        module = importlib.util.module_from_spec(spec)
+        loader = spec.loader
+
+        def complete(name: str) -> Any:
+            if name.startswith("__"):  # probes (__wrapped__, __file__ of a namespace) do not complete it
+                raise AttributeError(name)
+            with _deferred:
+                if module.__dict__.get("__getattr__") is complete:
+                    del module.__dict__["__getattr__"]
+                    loader.exec_module(module)
+            try:
+                return module.__dict__[name]
+            except KeyError:
+                raise AttributeError(f"module {_POLICIES!r} has no attribute {name!r}") from None
+
+        module.__dict__["__getattr__"] = complete
+        sys.modules[_POLICIES] = module
+        import lerobot
+
+        lerobot.policies = module  # type: ignore[attr-defined]
+
+
+def import_config_class(ptype: Any, ckpt: Path) -> None:
+    """Register the config class of `ptype` with LeRobot (only its module for LIGHT types)."""
+    if ptype in LIGHT:
+        defer_policies_init()
+        importlib.import_module(f"{_POLICIES}.{ptype}.configuration_{ptype}")
+        return
+    import lerobot.policies as policies
+
+    getattr(policies, "__all__", None)  # a deferred package runs its __init__ now
+
+
+def load_config(ckpt: Path, raw: Mapping[str, Any], options: Mapping[str, str], device: str, use_amp: bool) -> Any:
+    """The checkpoint's `PreTrainedConfig` with the flags applied, or a ConfigError saying why not."""
+    from lerobot.configs.policies import PreTrainedConfig
+
+    version = _lerobot_version()
+    ptype = raw.get("type")
     known = PreTrainedConfig.get_known_choices()
     if ptype not in known:
+        import lerobot.policies as policies
+
+        getattr(policies, "__all__", None)  # every type LeRobot has, for the message
+        known = PreTrainedConfig.get_known_choices()
         raise ConfigError(
             f"--policy.path={ckpt}: policy type {ptype!r} is unknown to the installed lerobot {version} "
             f"(known: {', '.join(sorted(known))}); the checkpoint needs a newer LeRobot or a policy plugin"
@@ -113,6 +203,37 @@ def load_config(ckpt: Path, options: Mapping[str, str], device: str, use_amp: bo
         return PreTrainedConfig.from_pretrained(str(ckpt), cli_overrides=overrides)
     except (Exception, SystemExit) as err:  # draccus exits on a bad value; the config validates in __post_init__
         raise ConfigError(f"--policy.path={ckpt}: cannot build its {ptype!r} config with {' '.join(overrides)} ({_first_line(err)})") from None
+
+
+def load_policy(cfg: Any, ckpt: Path) -> tuple[Any, Any, Any]:
+    """(policy, preprocessor, postprocessor) of the checkpoint, as lerobot-eval loads them."""
+    overrides = {"device_processor": {"device": str(cfg.device)}}
+    if cfg.type not in LIGHT:
+        from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+
+        policy = get_policy_class(cfg.type).from_pretrained(str(ckpt), config=cfg)
+        pre, post = make_pre_post_processors(policy_cfg=cfg, pretrained_path=str(ckpt), preprocessor_overrides=overrides)
+        return policy, pre, post
+    from lerobot.processor import PolicyProcessorPipeline
+    from lerobot.processor.converters import (
+        batch_to_transition,
+        policy_action_to_transition,
+        transition_to_batch,
+        transition_to_policy_action,
+    )
+
+    module, _, name = LIGHT[cfg.type].partition(":")
+    policy = getattr(importlib.import_module(module), name).from_pretrained(str(ckpt), config=cfg)
+    # make_pre_post_processors(policy_cfg, pretrained_path) for these types, step for step
+    pre = PolicyProcessorPipeline.from_pretrained(
+        pretrained_model_name_or_path=str(ckpt), config_filename="policy_preprocessor.json", overrides=overrides,
+        to_transition=batch_to_transition, to_output=transition_to_batch,
+    )
+    post = PolicyProcessorPipeline.from_pretrained(
+        pretrained_model_name_or_path=str(ckpt), config_filename="policy_postprocessor.json", overrides={},
+        to_transition=policy_action_to_transition, to_output=transition_to_policy_action,
+    )
+    return policy, pre, post
 
 
 def check_features(ctx: PolicyContext, ckpt: Path) -> None:
@@ -174,31 +295,28 @@ class LeRobotPolicy(Policy):
     accepts_options = True
 
     def __init__(self, ctx: PolicyContext) -> None:
+        """Checks the checkpoint against the flags and the benchmark now; loads its weights and
+        processors on a thread, while the caller starts the env workers (`ready()` waits)."""
+        conf = ctx.config
+        ckpt = check_checkpoint_dir(conf)
+        raw = read_config(ckpt)
         try:
             import torch
-            from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+
+            import_config_class(raw.get("type"), ckpt)
         except ImportError as err:
             raise ConfigError(f"--policy.type=lerobot needs lerobot and torch ({_first_line(err)}); {INSTALL_HINT}") from None
-        conf = ctx.config
-        ckpt = check_checkpoint_dir(conf.path)
         if conf.device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError(f"--policy.device={conf.device}: torch sees no CUDA device here")
         if conf.device == "mps" and not torch.backends.mps.is_available():
             raise ConfigError("--policy.device=mps: torch sees no MPS device here")
-        self.cfg = load_config(ckpt, conf.options, conf.device, conf.use_amp)
-        check_features(ctx, ckpt)
-        try:
-            self.policy = get_policy_class(self.cfg.type).from_pretrained(str(ckpt), config=self.cfg)
-            self.preprocessor, self.postprocessor = make_pre_post_processors(
-                policy_cfg=self.cfg, pretrained_path=str(ckpt),
-                preprocessor_overrides={"device_processor": {"device": str(self.cfg.device)}},
-            )
-        except Exception as err:  # unknown processor step, mismatched weights, ...: the checkpoint's
+        self.cfg = load_config(ckpt, raw, conf.options, conf.device, conf.use_amp)
+        if self.cfg.type in OWNS_ENV_PROCESSORS:
             raise ConfigError(
-                f"--policy.path={ckpt}: lerobot {_lerobot_version()} cannot load it ({_first_line(err)}); "
-                f"a checkpoint from a newer LeRobot needs that LeRobot"
-            ) from None
-        self.policy.eval()
+                f"--policy.path={ckpt}: a {self.cfg.type!r} policy brings its own env processors (LeRobot applies them "
+                f"in place of the benchmark's); rollbench does not apply policy-owned env processors yet"
+            )
+        check_features(ctx, ckpt)
         self.name = str(ckpt)
         self.device = torch.device(self.cfg.device)
         self.use_amp = bool(conf.use_amp)
@@ -211,16 +329,45 @@ class LeRobotPolicy(Policy):
         self.steps_per_inference = 1 if path == "ensemble" else max(1, int(getattr(self.cfg, "n_action_steps", 1) or 1))
         self._queues: dict[int, deque[Any]] = {}
         self._ensemblers: dict[int, Any] = {}
+        self._history: dict[int, dict[str, deque[Any]]] = {}
+        self._noise: dict[int, Any] = {}  # slot -> torch.Generator of its episode
+        self._load_error: ConfigError | None = None
+        timeline.mark("policy_checked")
+        self._loader: threading.Thread | None = threading.Thread(
+            target=self._load, args=(ckpt,), name="rollbench-policy-load", daemon=True
+        )
+        self._loader.start()
+
+    def _load(self, ckpt: Path) -> None:
+        try:
+            self.policy, self.preprocessor, self.postprocessor = load_policy(self.cfg, ckpt)
+            self.policy.eval()
+            timeline.mark("policy_ready")
+        except Exception as err:  # unknown processor step, mismatched weights, ...: the checkpoint's
+            self._load_error = ConfigError(
+                f"--policy.path={ckpt}: lerobot {_lerobot_version()} cannot load it ({_first_line(err)}); "
+                f"a checkpoint from a newer LeRobot needs that LeRobot"
+            )
+
+    def ready(self) -> None:
+        """Wait for the weights and processors; raise what loading them raised."""
+        if self._loader is not None:
+            self._loader.join()
+            self._loader = None
+        if self._load_error is not None:
+            raise self._load_error
 
     def __copy__(self) -> LeRobotPolicy:
         """Shared weights and processors; private episode state (lockstep runs one copy per task)."""
+        self.ready()
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__)
         new.policy = copy.copy(self.policy)  # its reset() rebinds its queues on the copy
-        new._queues, new._ensemblers = {}, {}
+        new._queues, new._ensemblers, new._history, new._noise = {}, {}, {}, {}
         return new
 
     def reset(self, slots: Sequence[int], episodes: Sequence[EpisodeStart]) -> None:
+        self.ready()
         if self.path == "lockstep":
             self.policy.reset()  # lockstep resets whole batches: every slot of it starts here
             # A sampling policy (Diffusion's noise) draws from torch's global RNG: seed it from
@@ -230,9 +377,16 @@ class LeRobotPolicy(Policy):
 
             torch.manual_seed(batch_seed(e.seed for e in episodes))
             return
-        for s in slots:
+        import torch
+
+        for s, episode in zip(slots, episodes, strict=True):
             self._queues.pop(s, None)
             self._ensemblers.pop(s, None)
+            self._history.pop(s, None)
+            if self.path == "history":
+                # seeded as lockstep seeds a batch of this one episode: at one row per call the
+                # draws are select_action's after `torch.manual_seed(batch_seed([seed]))`
+                self._noise[s] = torch.Generator().manual_seed(batch_seed([episode.seed]))
 
     def _autocast(self) -> AbstractContextManager[Any]:
         import torch
@@ -245,11 +399,14 @@ class LeRobotPolicy(Policy):
     def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
         import torch
 
+        self.ready()
         with torch.inference_mode(), self._autocast():
             if self.path == "lockstep":
                 action = self.policy.select_action(self._inputs(batch, None))
             elif self.path == "chunk":
                 action = self._act_chunk(batch, slots)
+            elif self.path == "history":
+                action = self._act_history(batch, slots)
             else:
                 action = self._act_ensemble(batch, slots)
             action = self.postprocessor(action)
@@ -261,6 +418,42 @@ class LeRobotPolicy(Policy):
         dry = [i for i, s in enumerate(slots) if not self._queues.get(s)]
         if dry:
             chunk = self.policy.predict_action_chunk(self._inputs(batch, dry))[:, : self.cfg.n_action_steps]
+            for row, i in enumerate(dry):
+                self._queues[slots[i]] = deque(chunk[row])
+        return torch.stack([self._queues[s].popleft() for s in slots])
+
+    def _act_history(self, batch: Mapping[str, Any], slots: Sequence[int]) -> Any:
+        """Diffusion's `select_action`, one history and one queue per slot.
+
+        Every row's observation enters its slot's history (the first one fills it, as LeRobot's
+        `populate_queues` does); the rows whose queue ran dry get one batched sample, each
+        row's noise (the prior and every sampler step's) from its own episode's generator.
+        """
+        import torch
+
+        cfg, model = self.cfg, self.policy.diffusion
+        obs = self._inputs(batch, None)
+        if cfg.image_features:
+            obs[OBS_IMAGES] = torch.stack([obs[k] for k in cfg.image_features], dim=-4)
+        keys = [k for k in (OBS_STATE, OBS_IMAGES, OBS_ENV_STATE) if k in obs and k in self.policy._queues]
+        for i, s in enumerate(slots):
+            history = self._history.setdefault(s, {k: deque(maxlen=cfg.n_obs_steps) for k in keys})
+            for k in keys:
+                if history[k]:
+                    history[k].append(obs[k][i])
+                else:
+                    history[k].extend([obs[k][i]] * cfg.n_obs_steps)
+        dry = [i for i, s in enumerate(slots) if not self._queues.get(s)]
+        if dry:
+            stacked = {k: torch.stack([torch.stack(list(self._history[slots[i]][k])) for i in dry]) for k in keys}
+            gens = [self._noise[slots[i]] for i in dry]
+            dtype = next(model.parameters()).dtype
+            shape = (1, cfg.horizon, cfg.action_feature.shape[0])
+            noise = torch.cat([torch.randn(shape, generator=g, dtype=dtype) for g in gens]).to(self.device)
+            cond = model._prepare_global_conditioning(stacked)
+            sample = model.conditional_sample(len(dry), global_cond=cond, generator=gens, noise=noise)
+            start = cfg.n_obs_steps - 1  # the chunk starts at the current observation (generate_actions)
+            chunk = sample[:, start : start + cfg.n_action_steps]
             for row, i in enumerate(dry):
                 self._queues[slots[i]] = deque(chunk[row])
         return torch.stack([self._queues[s].popleft() for s in slots])
@@ -279,4 +472,7 @@ class LeRobotPolicy(Policy):
         return torch.stack(out)
 
     def close(self) -> None:
-        self._queues, self._ensemblers = {}, {}
+        if self._loader is not None:  # a run refused before its first step: let the load end
+            self._loader.join()
+            self._loader = None
+        self._queues, self._ensemblers, self._history, self._noise = {}, {}, {}, {}

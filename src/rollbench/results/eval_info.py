@@ -49,6 +49,7 @@ class ExecutionFacts:
     launch: dict[str, Any] | None = None  # local shards: their processes and exit codes
     tune: dict[str, Any] | None = None  # --workers=auto: the recommendation and its prediction
     merged_from: int | None = None  # rollbench merge: how many episode directories
+    startup: dict[str, float] | None = None  # seconds after the process started (rollbench.timeline)
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ class EvalInfo:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"schema_version": self.schema_version, **self.body}
         out["mode"] = self.how.mode
-        for key in ("scheduling", "launch", "tune", "merged_from"):
+        for key in ("scheduling", "launch", "tune", "merged_from", "startup"):
             value = getattr(self.how, key)
             if value is not None:
                 out[key] = value

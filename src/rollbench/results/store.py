@@ -64,6 +64,16 @@ def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [f"{prefix}: {old!r} in the log, {new!r} now"]
 
 
+def _moved_commit_hint(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """A hub checkpoint whose branch moved since the run began: how to finish the run."""
+    was = (old.get("policy") or {}).get("commit")
+    now = (new.get("policy") or {}).get("commit")
+    if not was or was == now:
+        return ""
+    return (f"The checkpoint's hub revision now resolves to another commit; --policy.revision={was} finishes this "
+            f"run with the checkpoint it began with. ")
+
+
 def prepare(output_dir: Path, identity: dict[str, Any], config: dict[str, Any], resume: bool) -> bool:
     """Make `output_dir` ready; True when it continues an earlier run.
 
@@ -91,7 +101,7 @@ def prepare(output_dir: Path, identity: dict[str, Any], config: dict[str, Any], 
             raise ConfigError(
                 f"--output_dir={str(output_dir)!r} holds a different run; refusing to mix results ("
                 + "; ".join(diffs)
-                + "). Use another --output_dir, or --resume=false to start over."
+                + f"). {_moved_commit_hint(old, identity)}Use another --output_dir, or --resume=false to start over."
             )
         continuing = True
     elif not resume and episodes.exists():

@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from rollbench import timeline
 from rollbench.config.env import BenchmarkConfig
 from rollbench.config.policy import PolicyConfig
-from rollbench.errors import EpisodesLost, PolicyError
+from rollbench.errors import ConfigError, EpisodesLost, PolicyError
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext, check_actions, make_policy
 
@@ -86,12 +87,13 @@ class StepContext:
         batch["task"] = list(descriptions)
         try:
             raw = policy.act(batch, slots)
-        except (PolicyError, EpisodesLost):  # EpisodesLost: the scheduler runs those episodes again
-            raise
+        except (PolicyError, EpisodesLost, ConfigError):  # EpisodesLost: the scheduler runs those episodes again;
+            raise  # ConfigError: a checkpoint that could not load (policies may load in the background)
         except Exception as err:  # the policy's own bug: name it, keep the cause for --debug
             raise PolicyError(f"policy {self.policy_name()} raised {type(err).__name__}: {err}") from err
-        actions = post(np.asarray(raw))
-        return check_actions(actions, len(slots), self.action_space, self.policy_name())
+        actions = check_actions(post(np.asarray(raw)), len(slots), self.action_space, self.policy_name())
+        timeline.mark("first_env_step")  # every mode steps its envs with these next
+        return actions
 
 
 def take_rows(batch: Any, rows: Sequence[int]) -> Any:

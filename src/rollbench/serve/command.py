@@ -15,6 +15,7 @@ from rollbench.config.policy import PolicyConfig
 from rollbench.errors import ConfigError
 from rollbench.flags import benchmark_from_flags, group, policy_from_flags
 from rollbench.policies.base import Policy
+from rollbench.policies.hub import resolve_policy
 from rollbench.remote.keys import parse_keys
 from rollbench.scheduler.common import StepContext
 from rollbench.serve.server import PolicyServer, ServerOptions
@@ -116,7 +117,7 @@ def build_server(flags: dict[str, str]) -> tuple[PolicyServer, Policy]:
     flags = dict(flags)
     flags.pop("debug", None)
     bench = _benchmark(group(flags, "env."))
-    policy_cfg = _policy_config(group(flags, "policy."))
+    policy_cfg = resolve_policy(_policy_config(group(flags, "policy.")))
     serve_cfg = build(ServeConfig, group(flags, "serve."), "serve.")
     for key in flags:
         if "." in key:

@@ -1,0 +1,134 @@
+"""Per-slot episode state for chunked LeRobot policies other than ACT (Diffusion).
+
+A type leaves lockstep only once its per-slot path is checked here episode for episode
+against its own `select_action` at one row per call (docs/lerobot.md lists the others).
+Checkpoints are tiny random-init policies saved by the test (tests/lerobot_helpers.py).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("lerobot")
+pytest.importorskip("gym_pusht")
+
+from conftest import load_info, per_episode, run_subprocess
+from lerobot_helpers import make_checkpoint
+from rollbench.benchmarks.pusht import PushTConfig
+from rollbench.config.policy import PolicyConfig
+from rollbench.policies.base import EpisodeStart, PolicyContext, make_policy
+from rollbench.policies.lerobot import batch_seed, to_policy_batch
+
+pytestmark = [pytest.mark.lerobot, pytest.mark.pusht]
+
+LENGTH = 30
+
+
+@pytest.fixture(scope="module")
+def diffusion_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # n_obs_steps 2, horizon 8, n_action_steps 4 (lerobot_helpers): the history matters and
+    # chunks end every 4 steps; DDPM draws noise at every sampler step
+    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "diffusion", PushTConfig(), policy_type="diffusion")
+
+
+def _adapter(ckpt: Path):
+    bench = PushTConfig(episode_length=LENGTH)
+    env = bench.make_task_env("PushT-v0")
+    try:
+        space = env.action_space
+    finally:
+        env.close()
+    return make_policy(PolicyContext(PolicyConfig(type="lerobot", path=str(ckpt)), bench, space))
+
+
+def _batch(n: int, rng: np.random.Generator) -> dict:
+    return {
+        "observation.image": rng.integers(0, 256, (n, 96, 96, 3), dtype=np.uint8),
+        "observation.state": rng.uniform(0, 512, (n, 2)),
+        "task": ["push"] * n,
+    }
+
+
+def _row(batch: dict, i: int) -> dict:
+    return {k: v[i : i + 1] for k, v in batch.items()}
+
+
+def _start(slot: int, seed: int) -> EpisodeStart:
+    return EpisodeStart("pusht", "PushT-v0", "push", slot, seed)
+
+
+def _select_action(policy, seed: int, batches: list[dict]) -> np.ndarray:
+    """LeRobot's own loop for one episode: reset, seed torch as lockstep does, select_action per step."""
+    import torch
+
+    ref = copy.copy(policy.policy)
+    ref.reset()
+    torch.manual_seed(batch_seed([seed]))
+    out = []
+    with torch.inference_mode():
+        for b in batches:
+            out.append(policy.postprocessor(ref.select_action(policy.preprocessor(to_policy_batch(b)))).numpy())
+    return np.concatenate(out)
+
+
+def test_diffusion_per_slot_equals_select_action_at_one_row_per_call(diffusion_ckpt: Path) -> None:
+    policy = _adapter(diffusion_ckpt)
+    assert policy.path == "history" and policy.per_slot_state and policy.steps_per_inference == 4
+    rng = np.random.default_rng(0)
+    batches = [_batch(2, rng) for _ in range(11)]  # crosses two chunk boundaries
+    policy.reset([3, 5], [_start(3, 70), _start(5, 80)])
+    got: dict[int, list[np.ndarray]] = {3: [], 5: []}
+    for step, b in enumerate(batches):
+        if step == 6:  # slot 5 starts another episode mid-chunk: its history and noise start over
+            policy.reset([5], [_start(5, 81)])
+        for i, slot in enumerate((3, 5)):
+            got[slot].append(policy.act(_row(b, i), [slot]))
+    np.testing.assert_array_equal(np.concatenate(got[3]), _select_action(policy, 70, [_row(b, 0) for b in batches]))
+    np.testing.assert_array_equal(np.concatenate(got[5][:6]), _select_action(policy, 80, [_row(b, 1) for b in batches[:6]]))
+    np.testing.assert_array_equal(np.concatenate(got[5][6:]), _select_action(policy, 81, [_row(b, 1) for b in batches[6:]]))
+
+
+def test_diffusion_batched_rows_draw_their_own_noise(diffusion_ckpt: Path) -> None:
+    """Two slots in one call: each row's actions are its one-row actions up to float32
+    rounding (torch's CPU kernels are not bitwise batch-invariant), not another draw."""
+    policy = _adapter(diffusion_ckpt)
+    rng = np.random.default_rng(1)
+    batches = [_batch(2, rng) for _ in range(9)]
+    policy.reset([0, 1], [_start(0, 7), _start(1, 8)])
+    both = np.stack([policy.act(b, [0, 1]) for b in batches])
+    for i, seed in enumerate((7, 8)):
+        ref = _select_action(policy, seed, [_row(b, i) for b in batches])
+        np.testing.assert_allclose(both[:, i], ref, rtol=1e-5, atol=1e-3)
+    # the same slots with their seeds swapped give other actions: the noise is the episode's
+    policy.reset([0, 1], [_start(0, 8), _start(1, 7)])
+    swapped = np.stack([policy.act(b, [0, 1]) for b in batches])
+    assert np.abs(swapped - both).max() > 1.0
+
+
+def _eval(ckpt: Path, out: Path, *extra: str):
+    return run_subprocess(
+        "eval", "--env.type=pusht", f"--env.episode_length={LENGTH}", f"--policy.path={ckpt}",
+        "--eval.n_episodes=4", "--seed=1000", f"--output_dir={out}", *extra, OMP_NUM_THREADS="1",
+    )
+
+
+@pytest.mark.slow
+def test_diffusion_runs_continuous_with_the_episodes_of_lockstep_at_batch_one(diffusion_ckpt: Path, tmp_path: Path) -> None:
+    """The default for Diffusion is now continuous; at one row per call its episodes are
+    lockstep's at --eval.batch_size=1 (LeRobot's select_action), whatever the workers."""
+    runs = {}
+    for name, extra in {
+        "lockstep": ("--eval.mode=lockstep", "--eval.batch_size=1"),
+        "w2": ("--workers=2", "--slots_per_worker=1", "--policy.max_batch_size=1"),
+        "w1": ("--workers=1", "--slots_per_worker=3", "--policy.max_batch_size=1"),
+    }.items():
+        res = _eval(diffusion_ckpt, tmp_path / name, *extra)
+        assert res.rc == 0, res.err[-3000:]
+        runs[name] = per_episode(tmp_path / name)
+    assert load_info(tmp_path / "w2")["mode"] == "continuous"
+    assert len(runs["lockstep"]) == 4
+    assert runs["w2"] == runs["lockstep"] and runs["w1"] == runs["lockstep"]
