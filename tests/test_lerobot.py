@@ -259,6 +259,29 @@ def test_a_sampling_policy_repeats_its_episodes(tmp_path: Path) -> None:
     assert len(runs[0]) == EPISODES and runs[0] == runs[1]
 
 
+@pytest.mark.slow
+def test_lerobot_eval_seeding_gives_lerobot_eval_s_sampled_episodes(tmp_path: Path) -> None:
+    """--policy.seeding=lerobot-eval: torch's RNG seeded once from --seed before the checkpoint
+    loads, then one stream over the batches, as lerobot-eval draws it: a sampling policy's
+    episodes equal lerobot-eval's at the same batch size. The default (noise from each
+    episode's seed) gives other draws, which shows the comparison can tell them apart."""
+    ckpt = make_checkpoint(tmp_path / "diffusion", PushTConfig(), policy_type="diffusion")
+    theirs = lerobot_eval(ckpt, tmp_path / "lerobot", batch_size=2)
+    res = run_subprocess(*rollbench_args(ckpt, tmp_path / "seeded", "--policy.seeding=lerobot-eval", "--eval.batch_size=2"))
+    assert res.rc == 0, res.err[-3000:]
+    info = load_info(tmp_path / "seeded")
+    assert info["mode"] == "lockstep" and info["config"]["policy"]["seeding"] == "lerobot-eval"
+    assert_same_episodes(ours(tmp_path / "seeded"), theirs)
+    default = run_subprocess(*rollbench_args(ckpt, tmp_path / "default", "--eval.mode=lockstep", "--eval.batch_size=2"))
+    assert default.rc == 0, default.err[-3000:]
+    assert [r[1] for r in ours(tmp_path / "default")] != [r[1] for r in theirs]
+
+
+def test_lerobot_eval_seeding_is_for_lerobot_checkpoints(cli, tmp_path: Path) -> None:
+    res = cli("eval", "--env.type=fake", "--policy.type=random", "--policy.seeding=lerobot-eval", f"--output_dir={tmp_path}")
+    assert res.rc == 2 and "--policy.seeding=lerobot-eval is for LeRobot checkpoints" in res.err
+
+
 def test_a_lerobot_eval_command_line_needs_no_policy_type(cli, act_ckpt: Path, tmp_path: Path) -> None:
     """`lerobot-eval --policy.path=CKPT ...` with `rollbench` in front: the path implies a
     LeRobot checkpoint, with the same episodes as --policy.type=lerobot."""

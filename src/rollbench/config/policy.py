@@ -33,6 +33,13 @@ class PolicyConfig:
         "continuous mode, driver placement: at most this many observations per policy call (e.g. to fit "
         "GPU memory); a larger batch of ready slots is split into several calls. Default: no bound",
     )
+    seeding: Literal["episode", "lerobot-eval"] = opt(
+        "episode",
+        "lerobot, sampling policies (Diffusion, flow matching): where their noise comes from. episode: from each "
+        "episode's seed (the same episode whatever the batch, workers, shards or resume); lerobot-eval: torch's "
+        "global RNG seeded once with --seed before the checkpoint loads, as lerobot-eval does (lockstep; the same "
+        "draws as lerobot-eval at the same --eval.batch_size, for a run done in one go)",
+    )
     rename_map: str = opt(
         "",
         "observation keys renamed before the policy sees them, as JSON {\"env key\": \"policy key\"} "
@@ -46,6 +53,9 @@ class PolicyConfig:
             raise ConfigError("--policy.type is required (e.g. expert, random, module); see `rollbench list`")
         if self.max_batch_size is not None and self.max_batch_size < 1:
             raise ConfigError(f"--policy.max_batch_size={self.max_batch_size} is not allowed; it must be >= 1")
+        if self.seeding != "episode" and self.type != "lerobot":
+            raise ConfigError(f"--policy.seeding={self.seeding} is for LeRobot checkpoints (--policy.type=lerobot), "
+                              f"not --policy.type={self.type}")
         self.renames()  # checked before anything runs
 
     def renames(self) -> dict[str, str]:

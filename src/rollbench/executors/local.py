@@ -44,7 +44,7 @@ class LocalExecutor(Executor):
         from rollbench.tune.probe import rss_now
 
         self.cfg = cfg
-        self.ctx = StepContext(cfg.env, cfg.policy)
+        self.ctx = StepContext(cfg.env, cfg.policy, cfg.seed)
         self.rss_before, t0 = rss_now(), time.perf_counter()
         self.policy = self.ctx.make_policy()
         self.load_s = time.perf_counter() - t0

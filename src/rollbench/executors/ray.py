@@ -223,7 +223,7 @@ class RayExecutor(Executor):
             raise ConfigError("--workers=auto is for the local executor; with --executor=ray set --ray.actors "
                               "and --ray.cpus_per_actor (rollbench tune does not measure clusters yet)")
         self.ray = _import_ray()
-        policy = StepContext(cfg.env, cfg.policy).make_policy()  # a bad policy fails here, before any output
+        policy = StepContext(cfg.env, cfg.policy, cfg.seed).make_policy()  # a bad policy fails here, before any output
         try:
             if decide_mode(cfg, policy) != "continuous":
                 raise ConfigError(

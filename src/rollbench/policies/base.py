@@ -43,6 +43,7 @@ class PolicyContext:
     config: PolicyConfig
     benchmark: BenchmarkConfig
     action_space: Any  # gymnasium space of one env
+    seed: int | None = None  # the run's --seed (None: built outside a run, e.g. by rollbench serve)
 
 
 class Policy(abc.ABC):

@@ -323,6 +323,17 @@ class LeRobotPolicy(Policy):
         path = PATHS.get(self.cfg.type, "lockstep")
         if path == "chunk" and getattr(self.cfg, "temporal_ensemble_coeff", None) is not None:
             path = "ensemble"
+        self.seeding = conf.seeding
+        if self.seeding == "lerobot-eval":
+            if ctx.seed is None:
+                raise ConfigError("--policy.seeding=lerobot-eval needs a run's --seed (rollbench eval); use episode here")
+            # lerobot-eval's order: `set_seed(--seed)` (random, numpy, torch), then the policy is built
+            # (its random init draws from torch's RNG before the weights replace it), then one
+            # `select_action` per step over each batch, batch after batch: lockstep only
+            path = "lockstep"
+            from lerobot.utils.random_utils import set_seed
+
+            set_seed(ctx.seed)
         self.path = path
         self.per_slot_state = path != "lockstep"  # type: ignore[misc]
         # env steps served per network call (`rollbench tune` amortises a call over them)
@@ -370,6 +381,8 @@ class LeRobotPolicy(Policy):
         self.ready()
         if self.path == "lockstep":
             self.policy.reset()  # lockstep resets whole batches: every slot of it starts here
+            if self.seeding == "lerobot-eval":
+                return  # one stream from --seed, as lerobot-eval draws it
             # A sampling policy (Diffusion's noise) draws from torch's global RNG: seed it from
             # the batch's episode seeds, so its episodes depend on their seeds and the batch's
             # make-up, not on what ran before in this process (or before a resume).

@@ -43,6 +43,7 @@ class StepContext:
 
     benchmark: BenchmarkConfig
     policy_config: PolicyConfig
+    seed: int | None = None  # the run's --seed, for policies seeded as lerobot-eval seeds them
 
     @cached_property
     def action_space(self) -> Any:
@@ -54,7 +55,7 @@ class StepContext:
             env.close()
 
     def make_policy(self) -> Policy:
-        return make_policy(PolicyContext(self.policy_config, self.benchmark, self.action_space))
+        return make_policy(PolicyContext(self.policy_config, self.benchmark, self.action_space, self.seed))
 
     def episode_start(self, unit: EpisodeUnit) -> EpisodeStart:
         return EpisodeStart(

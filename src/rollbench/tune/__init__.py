@@ -70,7 +70,7 @@ def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, r
     if policy is None:
         rss_before = p.rss_now()
         t0 = time.perf_counter()
-        policy = StepContext(cfg.env, cfg.policy).make_policy()
+        policy = StepContext(cfg.env, cfg.policy, cfg.seed).make_policy()
         load_s = time.perf_counter() - t0
         started = time.monotonic()  # the budget is for measuring; loading is the policy's own cost
     placement = decide_placement(cfg, policy)

@@ -249,7 +249,7 @@ def _amp_points(cfg: RunConfig, obs: Any, unit: EpisodeUnit, budget_s: float, ba
     from rollbench.scheduler.common import StepContext
 
     pol_cfg = dataclasses.replace(cfg.policy, use_amp=True)
-    ctx = StepContext(cfg.env, pol_cfg)
+    ctx = StepContext(cfg.env, pol_cfg, cfg.seed)
     policy = ctx.make_policy()
     try:
         return _time_batches(ctx, policy, obs, unit, budget_s, max(batches))

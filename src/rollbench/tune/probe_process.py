@@ -61,7 +61,7 @@ class Stepper:
 
         self.spec = spec
         self.bench = spec.cfg.env
-        self.ctx = StepContext(self.bench, spec.cfg.policy)
+        self.ctx = StepContext(self.bench, spec.cfg.policy, spec.cfg.seed)
         self.policy = self.ctx.make_policy() if spec.with_policy else None  # a worker builds its policy first
         self.envs: dict[str, Any] = {}
         self.next_unit = [0] * len(spec.units)
