@@ -95,10 +95,15 @@ def test_key_selection_unknown_key(cli, tmp_path: Path, hub_file: Path) -> None:
     assert "--env.state_keys" in r.err and "'nope'" in r.err and "joint" in r.err
 
 
-def test_hub_errors(cli, tmp_path: Path) -> None:
+def test_hub_errors(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # a hub id, looked up in the (empty) cache only
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     r = cli("eval", "--env.type=hub", "--env.hub_path=someone/some-env", "--trust_remote_code=true",
-            "--policy.type=random", f"--output_dir={tmp_path}")
-    assert r.rc == 2 and "does not exist" in r.err and "download" in r.err
+            "--policy.type=random", f"--output_dir={tmp_path / 'out'}")
+    assert r.rc == 2 and "not a local path" in r.err and "not in the cache" in r.err and "hf download" in r.err
+    assert not (tmp_path / "out").exists()
     bad = tmp_path / "bad.py"
     bad.write_text("x = 1\n")
     r = cli("eval", "--env.type=hub", f"--env.hub_path={bad}", "--trust_remote_code=true", "--policy.type=random",

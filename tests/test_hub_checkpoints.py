@@ -191,7 +191,7 @@ def fake_hub() -> Iterator[str]:
 
 @pytest.mark.parametrize(
     ("repo", "words"),
-    [("org/gated-policy", ["gated", "HF_TOKEN"]), ("org/nothing-here", ["not a local directory, nor a repository on the hub", "HF_TOKEN"])],
+    [("org/gated-policy", ["gated", "HF_TOKEN"]), ("org/nothing-here", ["not a local path, nor a repository on the hub", "HF_TOKEN"])],
 )
 def test_hub_refusals_are_one_line_exit_2(fake_hub: str, tmp_path: Path, repo: str, words: list[str]) -> None:
     res = run_subprocess(*eval_args(repo, tmp_path / "run"), HF_ENDPOINT=fake_hub, HF_HUB_CACHE=str(tmp_path / "hub"),

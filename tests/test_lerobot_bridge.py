@@ -253,6 +253,47 @@ def test_envhub_file_through_hub(cli, tmp_path: Path, form: str) -> None:
         assert t["description"] == ""
 
 
+def test_envhub_file_from_a_hub_id(tmp_path: Path) -> None:
+    """`--env.hub_path=ORG/NAME[@REV][:FILE]`, as LeRobot's make_env takes it: the driver finds the
+    repository in a cache built by hand (HF_HUB_OFFLINE=1), pins the path to its commit, and the
+    worker processes load that commit's file: the episodes of the same file given by path."""
+    commit = "c" * 40
+    snapshot = tmp_path / "hub" / "models--rollbench-test--walk" / "snapshots" / commit
+    (snapshot / "envs").mkdir(parents=True)
+    source = ENVHUB.format(vec_import="", make_body=FORMS["dict"][1])
+    (snapshot / "envs" / "walk.py").write_text(source)
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text(commit)
+    (tmp_path / "walk.py").write_text(source)
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    flags = ["eval", "--env.type=hub", "--trust_remote_code=true", "--policy.type=random", "--eval.n_episodes=2",
+             "--eval.report=false", "--eval.mode=continuous", "--workers=2"]
+    by_id = run_subprocess(*flags, "--env.hub_path=rollbench-test/walk:envs/walk.py", f"--output_dir={tmp_path / 'id'}", **env)
+    assert by_id.rc == 0, by_id.err[-3000:]
+    by_path = run_subprocess(*flags, f"--env.hub_path={tmp_path / 'walk.py'}", f"--output_dir={tmp_path / 'path'}", **env)
+    assert by_path.rc == 0, by_path.err[-3000:]
+    assert per_episode(tmp_path / "id") == per_episode(tmp_path / "path") and len(per_episode(tmp_path / "id")) == 6
+    assert load_info(tmp_path / "id")["config"]["env"]["hub_path"] == f"rollbench-test/walk@{commit}:envs/walk.py"
+    # a file the repository does not have, and a repository the cache does not have: one line each
+    for hub_path, words in (("rollbench-test/walk:nope.py", ["has no nope.py"]),
+                            ("rollbench-test/other", ["HF_HUB_OFFLINE", "not in the cache"])):
+        res = run_subprocess(*flags, f"--env.hub_path={hub_path}", f"--output_dir={tmp_path / 'bad'}", **env)
+        errors = [ln for ln in res.err.splitlines() if ln.startswith("rollbench: error:")]
+        assert res.rc == 2 and len(errors) == 1 and "Traceback" not in res.err, res.err
+        assert all(w in errors[0] for w in words), errors[0]
+        assert not (tmp_path / "bad").exists()
+
+
+def test_serve_asks_consent_before_it_imports_an_envhub_file(tmp_path: Path) -> None:
+    from rollbench.errors import ConfigError
+    from rollbench.serve.command import build_server
+
+    path = tmp_path / "boom.py"
+    path.write_text("raise SystemExit('imported without consent')\n")
+    with pytest.raises(ConfigError, match="--trust_remote_code=true"):
+        build_server({"env.type": "hub", "env.hub_path": str(path), "policy.type": "random"})
+
+
 # -- (d) bad input: one line, exit 2, nothing written -----------------------------------------
 
 

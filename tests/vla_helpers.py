@@ -54,8 +54,6 @@ def _byte_tokenizer() -> Any:
         bos_token=_BOS,
         eos_token=_IMAGE_TOKENS["end_of_utterance_token"],
         extra_special_tokens=_IMAGE_TOKENS,
-        # lerobot's tokenizer step pads on the right whatever this says; the default matches it.
-        padding_side="right",
     )
 
 

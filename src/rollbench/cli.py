@@ -107,11 +107,12 @@ def config_from_flags(flags: dict[str, str]) -> RunConfig:
 
 
 def resolved(cfg: RunConfig) -> RunConfig:
-    """The run's config with a hub checkpoint resolved to its commit (downloaded once, here)."""
+    """The run's config with a hub checkpoint or EnvHub repository resolved to its commit
+    (downloaded once, here)."""
     from rollbench.policies.hub import resolve_policy
 
-    policy = resolve_policy(cfg.policy)
-    return cfg if policy is cfg.policy else dataclasses.replace(cfg, policy=policy)
+    policy, env = resolve_policy(cfg.policy), cfg.env.resolve()
+    return cfg if policy is cfg.policy and env is cfg.env else dataclasses.replace(cfg, policy=policy, env=env)
 
 
 def config_from_dict(data: dict[str, Any]) -> RunConfig:
@@ -263,7 +264,7 @@ def cmd_check(flags: dict[str, str]) -> int:
     batch = pre(bench.to_features(stack_any([obs])))
     renames = cfg.policy.renames()
     batch = {renames.get(k, k): v for k, v in batch.items()}
-    rows = preflight(ckpt, observed(batch), action_space, bench)
+    rows = preflight(ckpt, observed(batch), action_space, bench, cfg.policy.options)
     print(f"checkpoint {ckpt}\nagainst --env.type={bench.type_name} (task {task}, one reset with seed {cfg.seed})\n")
     print(table(rows))
     hard = [r for r in rows if r.status == "hard"]

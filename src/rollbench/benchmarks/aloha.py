@@ -220,6 +220,9 @@ class AlohaConfig(BenchmarkConfig):
     def task_description(self, task: str) -> str:
         return DESCRIPTIONS.get(task, task)
 
+    def policy_task(self, task: str) -> str:
+        return ""  # lerobot-eval's: gym.make's wrappers around gym-aloha's env show no instruction
+
     @property
     def step_cost_ms(self) -> float:
         # measured here (loaded): a state step 1 ms; one 640x480 Mesa frame 112 ms, 17 ms fast

@@ -22,13 +22,17 @@ limit is `MAX_EPISODE_STEPS`, else the env's `_max_episode_steps` (lerobot-eval'
 --env.episode_length; the description `task_description(task)`, else the env's
 `task_description` or `task` attribute (LeRobot's rule), else "".
 
-Importing it runs its code, so it loads only with `--trust_remote_code=true`. Hub
-repository ids need the network to download; download the repository and give its
-local directory.
+Importing it runs its code, so it loads only with `--trust_remote_code=true`. PATH may also
+be a hub repository, written as LeRobot writes it: `ORG/NAME[@REVISION][:FILE]` (FILE
+default `env.py`). The driver downloads the repository once (`rollbench.hub`, the same
+resolver as checkpoints) and pins PATH to `ORG/NAME@<commit>:FILE` (`resolve`), so the
+workers, shard processes and a resume find that commit in the cache with no request, and a
+moved branch shows as a different run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib.util
@@ -41,6 +45,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from rollbench import hub
 from rollbench.benchmarks.lerobot_env import (
     EnvFactory,
     EnvFacts,
@@ -67,14 +72,39 @@ def _entry_file(path: Path) -> Path:
     raise ConfigError(f"--env.hub_path={str(path)!r} is a directory without __init__.py or env.py")
 
 
+def parse_hub_uri(hub_path: str) -> tuple[str, str | None, str] | None:
+    """`ORG/NAME[@REVISION][:FILE]` -> (repo id, revision, file), as LeRobot's EnvHub reads it;
+    None for a local path (one that exists, or that is not written that way)."""
+    if Path(hub_path).expanduser().exists():
+        return None
+    repo, _, file = hub_path.partition(":")
+    repo_id, _, revision = repo.partition("@")
+    if not hub.is_hub_id(repo_id):
+        return None
+    return repo_id, revision or None, file or "env.py"
+
+
+def hub_file(hub_path: str) -> tuple[Path, str] | None:
+    """(the cached file, its commit) of a hub EnvHub path, downloaded when missing; None for
+    a local path."""
+    parsed = parse_hub_uri(hub_path)
+    if parsed is None:
+        return None
+    repo_id, revision, file = parsed
+    what = f"an EnvHub repository holds the file that defines make_env (give it as {repo_id}[@REVISION]:FILE)"
+    folder, commit = hub.resolve(repo_id, revision, f"--env.hub_path={hub_path}", [file], what)
+    return folder / file, commit
+
+
 def load_module(hub_path: str) -> ModuleType:
     """Import the user's module once per process (workers import it again, by path)."""
     if hub_path in _loaded:
         return _loaded[hub_path]
-    path = Path(hub_path).expanduser()
+    found = hub_file(hub_path)
+    path = found[0] if found is not None else Path(hub_path).expanduser()
     if not path.exists():
-        hint = " (hub repository ids need the network: download the repo and pass its directory)" if "/" in hub_path and not hub_path.startswith((".", "/", "~")) else ""
-        raise ConfigError(f"--env.hub_path={hub_path!r} does not exist{hint}")
+        raise ConfigError(f"--env.hub_path={hub_path!r} does not exist (a file, a package directory, or a hub "
+                          f"repository ORG/NAME[@REVISION][:FILE])")
     entry = _entry_file(path)
     name = f"rollbench_hub_{hashlib.sha1(str(entry.resolve()).encode()).hexdigest()[:10]}"
     spec = importlib.util.spec_from_file_location(
@@ -139,6 +169,16 @@ class HubConfig(BenchmarkConfig):
     @property
     def module(self) -> ModuleType:
         return load_module(self.hub_path)
+
+    def resolve(self) -> HubConfig:
+        """A hub repository pinned to the commit its revision names now (downloaded once)."""
+        parsed = parse_hub_uri(self.hub_path)
+        if parsed is None or hub.is_commit(parsed[1]):
+            return self
+        repo_id, _, file = parsed
+        found = hub_file(self.hub_path)
+        assert found is not None
+        return dataclasses.replace(self, hub_path=f"{repo_id}@{found[1]}:{file}")
 
     @property
     def envhub(self) -> bool:

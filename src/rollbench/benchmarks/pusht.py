@@ -68,6 +68,12 @@ class PushTConfig(BenchmarkConfig):
     def task_description(self, task: str) -> str:
         return "Push the T-shaped block onto the T-shaped target."
 
+    def policy_task(self, task: str) -> str:
+        # lerobot-eval reads the instruction from its env (add_envs_task); gym.make's wrappers
+        # around gym-pusht's env show none, so its policies get "" (a VLA trained on the dataset's
+        # instruction too): the same here, or a VLA's episodes would not be lerobot-eval's
+        return ""
+
     @property
     def features(self) -> dict[str, Feature]:
         out = {"action": Feature("ACTION", (2,))}

@@ -147,6 +147,12 @@ class BenchmarkConfig:
         raise NotImplementedError
 
     # -- what a benchmark may refine -------------------------------------------------
+    def resolve(self) -> BenchmarkConfig:
+        """This config with what it names outside this machine pinned (a hub repository's
+        commit, downloaded once), so every process of the run sees the same thing; called
+        once per run, in the driver, before anything is written. Default: itself."""
+        return self
+
     def validate_tasks(self) -> None:
         """Raise ConfigError naming --env.task if a task does not exist; called before any
         output is written. The default asks `tasks()`, which raises for unknown names."""
@@ -186,6 +192,12 @@ class BenchmarkConfig:
 
     def task_description(self, task: str) -> str:
         return task
+
+    def policy_task(self, task: str) -> str:
+        """The `task` string a policy gets beside each observation (a VLA's prompt), as
+        lerobot-eval gives it: its env's `task_description` or `task` attribute, "" where the
+        env has neither. Default: the task's description."""
+        return self.task_description(task)
 
     @property
     def step_cost_ms(self) -> float:

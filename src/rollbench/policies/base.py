@@ -7,7 +7,8 @@ A *slot* is a stable integer naming one running episode's place; state that belo
 episode (an RNG, an action queue, a scripted expert's phase) is kept per slot by the
 adapter. `reset` tells the policy which episode (task, seed, description) now occupies
 each slot. `batch` holds LeRobot keys (`observation.state`, `observation.image`, ...)
-plus `task`: the task description of each row, as a list of strings.
+plus `task`: each row's task string as lerobot-eval gives it (`BenchmarkConfig.policy_task`:
+the language instruction, or "" where lerobot-eval's env has none), as a list of strings.
 """
 
 from __future__ import annotations

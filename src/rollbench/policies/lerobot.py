@@ -247,7 +247,7 @@ def check_features(ctx: PolicyContext, ckpt: Path) -> None:
     if not gives:
         log.warning("%s declares no features; cannot check the checkpoint's inputs against it", bench)
         return
-    rows = preflight(ckpt, gives, ctx.action_space, ctx.benchmark)
+    rows = preflight(ckpt, gives, ctx.action_space, ctx.benchmark, ctx.config.options)
     for r in rows:
         if r.status == "soft":
             (log.info if r.wants == "(not read)" else log.warning)("%s: %s: %s vs %s; %s", ckpt.name, r.key, r.wants, r.gets, r.fix)

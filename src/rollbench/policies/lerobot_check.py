@@ -7,6 +7,12 @@ the checkpoint was trained on? (`rollbench check`, and `eval` before any episode
                 (`rollbench check` resets one env; `eval` uses the benchmark's declared
                 features), and its action space
 
+    processors: what the policy's own processing does to them (`processor_rows`): the
+                tokenizer and backbone it loads (local, cached, to download, or missing
+                offline), the task string it reads, images resized with padding, state and
+                action padded to `max_state_dim` / `max_action_dim`, `n_action_steps` within
+                `chunk_size` -- what VLAs (SmolVLA, pi0, GR00T, X-VLA) add to ACT's inputs
+
 Every row is `ok`, `soft` (a warning: it runs, but look) or `hard` (the run would give
 nonsense or crash: refused), with the fix where one is known.
 """
@@ -107,7 +113,9 @@ def _needed_stats(mode: str) -> tuple[str, ...]:
     return {"MEAN_STD": ("mean", "std"), "MIN_MAX": ("min", "max")}.get(mode, ())
 
 
-def preflight(ckpt: Path, gives: Mapping[str, Given], action_space: Any, benchmark: BenchmarkConfig) -> list[Row]:
+def preflight(ckpt: Path, gives: Mapping[str, Given], action_space: Any, benchmark: BenchmarkConfig,
+              options: Mapping[str, str] | None = None) -> list[Row]:
+    """Every row of the table; `options` are the --policy.<field> overrides of the run."""
     cfg = json.loads((ckpt / "config.json").read_text())
     inputs: dict[str, dict[str, Any]] = cfg.get("input_features") or {}
     outputs: dict[str, dict[str, Any]] = cfg.get("output_features") or {}
@@ -138,6 +146,118 @@ def preflight(ckpt: Path, gives: Mapping[str, Given], action_space: Any, benchma
         rows.append(Row(key, "(not read)", given.text(), "soft", "the checkpoint does not read it; intended? "
                         "(a camera under another name: --rename_map)"))
     rows.extend(_action_rows(outputs, modes, have, action_space, ckpt))
+    rows.extend(processor_rows(ckpt, cfg, options or {}, gives, action_space, benchmark))
+    return rows
+
+
+#: config.json fields that name a model repository (or a local directory) the policy reads
+#: when it is built: SmolVLA's backbone, GR00T's base model, X-VLA's tokenizer
+SOURCE_FIELDS = ("vlm_model_name", "base_model_path", "tokenizer_name")
+
+
+def processor_rows(ckpt: Path, cfg: Mapping[str, Any], options: Mapping[str, str], gives: Mapping[str, Given],
+                   action_space: Any, benchmark: BenchmarkConfig) -> list[Row]:
+    """What the policy's own processors and config do to the env's inputs (no model is loaded)."""
+    rows: list[Row] = []
+    tokenizer = _tokenizer_step(ckpt)
+    sources = {f"{field} (config)": cfg[field] for field in SOURCE_FIELDS if isinstance(cfg.get(field), str) and cfg[field]}
+    if tokenizer is not None and isinstance(tokenizer.get("tokenizer_name"), str):
+        sources["tokenizer (preprocessor)"] = tokenizer["tokenizer_name"]
+    for key, name in sources.items():
+        rows.append(_source_row(key, name))
+    if tokenizer is not None:
+        first = next(t for names in benchmark.tasks().values() for t in names)
+        task = benchmark.policy_task(first)
+        wants = f"an instruction, tokenized to <= {tokenizer.get('max_length', '?')} tokens"
+        if task:
+            rows.append(Row("task", wants, repr(task), "ok"))
+        else:
+            rows.append(Row("task", wants, "'' (none)", "soft",
+                            f"--env.type={benchmark.type_name} gives no instruction (nor does lerobot-eval's env): "
+                            f"the policy runs unprompted, as under lerobot-eval"))
+    rows.extend(_chunk_rows(cfg, options))
+    rows.extend(_padding_rows(cfg, gives, action_space))
+    size = cfg.get("resize_imgs_with_padding")
+    if isinstance(size, list | tuple) and len(size) == 2:
+        width, height = int(size[0]), int(size[1])
+        for key, given in gives.items():
+            if given.kind == "VISUAL" and len(given.shape) == 3:
+                _, h, w = given.shape
+                scale = min(width / w, height / h)
+                pad_w, pad_h = width - round(w * scale), height - round(h * scale)
+                rows.append(Row(f"{key} (resized)", f"{width}x{height}, aspect kept, padded",
+                                f"{w}x{h} -> x{scale:.3g}, padding {pad_w}x{pad_h} px", "ok"))
+    return rows
+
+
+def _tokenizer_step(ckpt: Path) -> dict[str, Any] | None:
+    """The config of the pre-processor's tokenizer step, if it has one."""
+    try:
+        steps = json.loads((ckpt / "policy_preprocessor.json").read_text()).get("steps") or []
+    except (OSError, ValueError):
+        return None
+    for step in steps:
+        if "tokenizer" in str(step.get("registry_name", "")):
+            config = step.get("config")
+            return config if isinstance(config, dict) else {}
+    return None
+
+
+def _source_row(key: str, name: str) -> Row:
+    """Where a model the policy loads comes from: a local directory, the cache, the hub."""
+    from rollbench import hub
+
+    if Path(name).expanduser().is_dir():
+        return Row(key, name, "local directory", "ok")
+    if not hub.is_hub_id(name):
+        return Row(key, name, "not found", "hard", "neither a local directory nor a hub id (ORG/NAME): was the "
+                   "checkpoint saved on another machine? point the field at a copy (--policy.<field>=DIR)")
+    from huggingface_hub import constants
+    from huggingface_hub.file_download import repo_folder_name
+
+    snapshots = hub.cache_root() / repo_folder_name(repo_id=name, repo_type="model") / "snapshots"
+    if snapshots.is_dir() and any(snapshots.iterdir()):
+        return Row(key, name, f"in the cache ({hub.cache_root()})", "ok")
+    if constants.HF_HUB_OFFLINE:
+        return Row(key, name, "not in the cache; HF_HUB_OFFLINE is set", "hard",
+                   f"download it once with the network (`hf download {name}`), or unset HF_HUB_OFFLINE")
+    return Row(key, name, "downloaded from the hub when the policy loads", "soft",
+               "needs the network (and HF_TOKEN if the repository is gated); `hf download` it beforehand to check")
+
+
+def _chunk_rows(cfg: Mapping[str, Any], options: Mapping[str, str]) -> list[Row]:
+    chunk = cfg.get("chunk_size")
+    steps_raw = options.get("n_action_steps", cfg.get("n_action_steps"))
+    if not isinstance(chunk, int) or steps_raw is None:
+        return []
+    try:
+        steps = int(steps_raw)
+    except ValueError:
+        return []
+    if steps > chunk:
+        return [Row("n_action_steps", f"<= chunk_size {chunk}", str(steps), "hard",
+                    f"--policy.n_action_steps={chunk} or less: a chunk holds {chunk} actions")]
+    return [Row("n_action_steps", f"<= chunk_size {chunk}", str(steps), "ok")]
+
+
+def _padding_rows(cfg: Mapping[str, Any], gives: Mapping[str, Given], action_space: Any) -> list[Row]:
+    """State and action zero-padded to the policy's fixed widths (they cannot be wider)."""
+    rows = []
+    state = gives.get("observation.state")
+    action_shape = tuple(getattr(action_space, "shape", None) or ())
+    for key, field, dims in (("observation.state", "max_state_dim", state.shape if state else None),
+                             ("action", "max_action_dim", action_shape or None)):
+        limit = cfg.get(field)
+        if not isinstance(limit, int) or not dims:
+            continue
+        n = int(np.prod(dims))
+        label = f"{key} (padded)"
+        if n > limit:
+            rows.append(Row(label, f"<= {field} {limit}", f"{n} dims", "hard",
+                            f"the policy pads to {limit} dims and cannot take {n}: it needs a checkpoint trained "
+                            f"with a larger {field} (the width is in its weights)"))
+        else:
+            rows.append(Row(label, f"<= {field} {limit}", f"{n} dims, zero-padded to {limit}", "ok"))
     return rows
 
 

@@ -272,7 +272,7 @@ class ContinuousScheduler(WorkerPool):
                 parts.extend(self._obs[w.index][i] for i in running)
             for i in running:
                 slots.append(w.index * k + i)
-                descriptions.append(self.ctx.benchmark.task_description(w.slots[i][0][0].task))
+                descriptions.append(self.ctx.benchmark.policy_task(w.slots[i][0][0].task))
                 owners.append((w, i))
         actions: dict[int, dict[int, Any]] = {w.index: {} for w in group}
         abandon: dict[int, list[tuple[int, str]]] = {w.index: [] for w in group}

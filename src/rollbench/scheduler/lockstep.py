@@ -204,7 +204,7 @@ class _Lockstep:
         set_episode_index(ctx.benchmark, vec, [u.episode_index for u in padded])
         obs, _ = vec.reset(seed=[u.seed for u in padded])
         policy.reset(slots, [ctx.episode_start(u) for u in padded])
-        descriptions = [ctx.benchmark.task_description(u.task) for u in padded]
+        descriptions = [ctx.benchmark.policy_task(u.task) for u in padded]
         rule = ctx.benchmark.success
         trackers = [EpisodeTracker(u, ctx.benchmark.effective_max_steps(u.task), rule) for u in chunk]
         active = np.array([i < len(chunk) for i in range(n_envs)])
@@ -290,7 +290,7 @@ class LockstepPool(WorkerPool):
         first = chunk[0][0]
         slots = list(range(slot_base, slot_base + n_envs))
         policy.reset(slots, [ctx.episode_start(r.unit) for r in rows] + [ctx.episode_start(first)] * (n_envs - len(rows)))
-        descriptions = [ctx.benchmark.task_description(first.task)] * n_envs
+        descriptions = [ctx.benchmark.policy_task(first.task)] * n_envs
         while any(r.state == "running" for r in rows):
             filler = next(r.obs for r in rows if r.obs is not None)
             lead = rows[0].obs if rows[0].obs is not None else filler

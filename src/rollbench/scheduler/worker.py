@@ -308,7 +308,7 @@ class Worker:
             if running:
                 obs = [self.slots[i].obs for i in running]
                 batch = self._stack(obs) if layout is not None else _stack_any(obs)
-                descriptions = [self.bench.task_description(self.slots[i].task or "") for i in running]
+                descriptions = [self.bench.policy_task(self.slots[i].task or "") for i in running]
                 try:
                     actions = self.ctx.act(self.policy, batch, [self.base_slot + i for i in running], descriptions)
                 except EpisodesLost as lost:

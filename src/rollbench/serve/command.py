@@ -97,10 +97,14 @@ def serve_help() -> str:
     ])
 
 
-def _benchmark(env_flags: dict[str, str]) -> BenchmarkConfig:
+def _benchmark(env_flags: dict[str, str], trust_remote_code: str) -> BenchmarkConfig:
     if not env_flags.get("type"):
         raise ConfigError(f"rollbench serve needs --env.type (what the policy is built for); known: {', '.join(BENCHMARKS.names())}")
     bench = benchmark_from_flags(env_flags)
+    if type(bench).runs_user_code and trust_remote_code.lower() != "true":
+        raise ConfigError(f"--env.type={bench.type_name} imports and runs the code at the path you give; "
+                          f"read it, then pass --trust_remote_code=true to allow it")
+    bench = bench.resolve()
     bench.check_available()
     bench.validate_tasks()
     return bench
@@ -116,7 +120,7 @@ def build_server(flags: dict[str, str]) -> tuple[PolicyServer, Policy]:
     """Flags -> a PolicyServer around a freshly built policy (not yet running)."""
     flags = dict(flags)
     flags.pop("debug", None)
-    bench = _benchmark(group(flags, "env."))
+    bench = _benchmark(group(flags, "env."), flags.pop("trust_remote_code", "false"))
     policy_cfg = resolve_policy(_policy_config(group(flags, "policy.")))
     serve_cfg = build(ServeConfig, group(flags, "serve."), "serve.")
     for key in flags:

@@ -104,7 +104,7 @@ class Stepper:
         if self.policy is not None:
             self.policy.reset([0], [self.ctx.episode_start(unit)])
         self.tracker = EpisodeTracker(unit, self.bench.effective_max_steps(unit.task), self.bench.success)
-        self.desc = [self.bench.task_description(unit.task)]
+        self.desc = [self.bench.policy_task(unit.task)]
 
     def step(self, advance: bool = True) -> tuple[float, float, bool]:
         """One iteration of a worker's loop: (policy seconds, env-step seconds, episode ended).

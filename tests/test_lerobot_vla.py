@@ -1,0 +1,157 @@
+"""LeRobot's vision-language-action policies through rollbench, tiny and offline.
+
+Each type is a random-init checkpoint built by tests/vla_helpers.py (no hub: its backbone and
+tokenizer are local directories) and evaluated end to end by `rollbench eval` against
+`lerobot-eval` on the same checkpoint and seeds. They sample their actions (flow matching) from
+torch's global RNG, so the comparison uses `--policy.seeding=lerobot-eval` (docs/lerobot.md).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lerobot")
+pytest.importorskip("gym_pusht")
+pytest.importorskip("num2words", reason="SmolVLM's processor needs num2words: make install-dev installs it")
+
+from conftest import load_info, per_episode, run_subprocess, subprocess_env
+from rollbench.benchmarks.pusht import PushTConfig
+from vla_helpers import make_smolvla_checkpoint
+
+pytestmark = [pytest.mark.lerobot, pytest.mark.pusht]
+
+EPISODES, LENGTH, SEED = 4, 25, 1000
+LEROBOT_EVAL = str(Path(sys.executable).with_name("lerobot-eval"))
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+Episode = tuple[bool, float, float]
+
+
+@pytest.fixture(scope="module")
+def smolvla_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_smolvla_checkpoint(tmp_path_factory.mktemp("vla") / "smolvla", PushTConfig())
+
+
+def lerobot_eval(ckpt: Path, out: Path, batch_size: int) -> list[Episode]:
+    proc = subprocess.run(
+        [
+            LEROBOT_EVAL, f"--policy.path={ckpt}", "--policy.device=cpu", "--env.type=pusht",
+            f"--env.episode_length={LENGTH}", f"--eval.n_episodes={EPISODES}", f"--eval.batch_size={batch_size}",
+            f"--seed={SEED}", f"--output_dir={out}",
+        ],
+        capture_output=True, text=True, timeout=900, env=subprocess_env(**OFFLINE),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (task,) = json.loads((out / "eval_info.json").read_text())["per_task"]
+    m = task["metrics"]
+    return list(zip(m["successes"], m["sum_rewards"], m["max_rewards"], strict=True))
+
+
+def rollbench(ckpt: Path, out: Path, *extra: str) -> list[Episode]:
+    res = run_subprocess(
+        "eval", "--env.type=pusht", f"--env.episode_length={LENGTH}", f"--policy.path={ckpt}",
+        f"--eval.n_episodes={EPISODES}", f"--seed={SEED}", f"--output_dir={out}", "--eval.max_episodes_rendered=0",
+        "--eval.report=false", *extra, timeout=900, **OFFLINE,
+    )
+    assert res.rc == 0, res.err[-3000:]
+    eps = per_episode(out)
+    return [eps[("pusht", 0, i)][:3] for i in range(EPISODES)]
+
+
+def assert_same_episodes(a: list[Episode], b: list[Episode]) -> None:
+    """Success and max reward bit for bit; the sum up to summation order (LeRobot sums a torch tensor)."""
+    assert [(s, mx) for s, _, mx in a] == [(s, mx) for s, _, mx in b]
+    for (_, x, _), (_, y, _) in zip(a, b, strict=True):
+        assert math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-12), (x, y)
+
+
+@pytest.mark.slow
+def test_smolvla_lockstep_equals_lerobot_eval(smolvla_ckpt: Path, tmp_path: Path) -> None:
+    """SmolVLA on PushT pixels: its processors (newline, tokenizer of the task string, image
+    resize with padding, state and action padding) and its flow-matching noise, as lerobot-eval
+    runs them; the task string is lerobot-eval's ("" on PushT: BenchmarkConfig.policy_task)."""
+    theirs = lerobot_eval(smolvla_ckpt, tmp_path / "lerobot", batch_size=2)
+    assert len({r[1] for r in theirs}) > 1, "the episodes should differ, or the comparison is weak"
+    ours = rollbench(smolvla_ckpt, tmp_path / "ours", "--policy.seeding=lerobot-eval", "--eval.batch_size=2")
+    info = load_info(tmp_path / "ours")
+    assert info["mode"] == "lockstep"
+    assert_same_episodes(ours, theirs)
+
+
+@pytest.mark.parametrize(
+    ("name", "task"),
+    [("pusht", "PushT-v0"), ("aloha", "AlohaInsertion-v0"), ("metaworld", "push-v3")],
+)
+def test_the_task_string_is_lerobot_eval_s(name: str, task: str) -> None:
+    """What a VLA reads as its prompt: rollbench's `policy_task` against the `task` that
+    lerobot-eval's own env gives (`add_envs_task` on LeRobot's vector env)."""
+    import numpy as np
+    from lerobot.envs.configs import AlohaEnv, MetaworldEnv, PushtEnv
+    from lerobot.envs.factory import make_env
+    from lerobot.envs.utils import add_envs_task
+
+    from rollbench.config.env import BENCHMARKS
+
+    pytest.importorskip({"pusht": "gym_pusht", "aloha": "gym_aloha", "metaworld": "metaworld"}[name])
+    lerobot_cfg = {"pusht": PushtEnv, "aloha": AlohaEnv, "metaworld": MetaworldEnv}[name](task=task)
+    envs = make_env(lerobot_cfg, n_envs=1, use_async_envs=False)
+    (vec,) = [v for suite in envs.values() for v in suite.values()] if isinstance(envs, dict) else [envs]
+    try:
+        theirs = add_envs_task(vec, {"x": np.zeros((1, 1))})["task"]
+    finally:
+        vec.close()
+    ours = BENCHMARKS.get(name)(task=task).policy_task(task)
+    assert [ours] == list(theirs)
+
+
+def check(ckpt: Path | str, *extra: str) -> tuple[int, dict[str, tuple[str, str]], str]:
+    """`rollbench check` on PushT pixels: (rc, {row: (status, fix)}, stdout)."""
+    res = run_subprocess("check", "--env.type=pusht", f"--policy.path={ckpt}", *extra, **OFFLINE)
+    rows = {}
+    for line in res.out.splitlines():
+        for status in (" ok", " soft ", " hard "):
+            if status in f"{line} ":
+                key = line.split("  ")[0].strip()
+                rows[key] = (status.strip(), line.split(status, 1)[1].strip() if status != " ok" else "")
+                break
+    return res.rc, rows, res.out + res.err
+
+
+def edited(ckpt: Path, dest: Path, **fields: object) -> Path:
+    """A copy of the checkpoint with config.json fields changed (the backbone stays where it is)."""
+    import shutil
+
+    shutil.copytree(ckpt, dest)
+    config = json.loads((dest / "config.json").read_text())
+    config.update(fields)
+    (dest / "config.json").write_text(json.dumps(config))
+    return dest
+
+
+def test_check_covers_smolvla_s_processors(smolvla_ckpt: Path, tmp_path: Path) -> None:
+    rc, rows, text = check(smolvla_ckpt)
+    assert rc == 0, text
+    assert rows["vlm_model_name (config)"][0] == "ok" and rows["tokenizer (preprocessor)"][0] == "ok"
+    assert rows["task"][0] == "soft" and "unprompted" in rows["task"][1]  # PushT gives no instruction
+    assert rows["n_action_steps"][0] == "ok"
+    assert rows["observation.state (padded)"][0] == "ok" and rows["action (padded)"][0] == "ok"
+    assert "96x96 -> x0.667" in text  # 96x96 images resized with padding to 64x64
+    # each mismatch is a hard row with its fix, and the exit code says so
+    rc, rows, text = check(smolvla_ckpt, "--policy.n_action_steps=20")
+    assert rc == 2 and rows["n_action_steps"] == ("hard", "--policy.n_action_steps=8 or less: a chunk holds 8 actions")
+    narrow = edited(smolvla_ckpt, tmp_path / "narrow", max_state_dim=1)
+    rc, rows, text = check(narrow)
+    assert rc == 2 and rows["observation.state (padded)"][0] == "hard" and "max_state_dim" in rows["observation.state (padded)"][1]
+    moved = edited(smolvla_ckpt, tmp_path / "moved", vlm_model_name="/nonexistent/smolvlm")
+    rc, rows, text = check(moved)
+    assert rc == 2 and rows["vlm_model_name (config)"][0] == "hard"
+    uncached = edited(smolvla_ckpt, tmp_path / "uncached", vlm_model_name="rollbench-test/tiny-smolvlm")
+    rc, rows, text = check(uncached)
+    assert rc == 2 and rows["vlm_model_name (config)"] == (
+        "hard", "download it once with the network (`hf download rollbench-test/tiny-smolvlm`), or unset HF_HUB_OFFLINE")
