@@ -274,11 +274,42 @@ def libero_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.libero
 @needs_libero
 def test_libero_episodes_equal_lerobot_eval(libero_ckpt: Path, tmp_path: Path) -> None:
+    assert_libero_episodes_equal_lerobot_eval(libero_ckpt, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def libero_smolvla_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-init SmolVLA with LIBERO's features (two cameras, 8-d state, 7-d action)."""
+    pytest.importorskip("num2words", reason="SmolVLM's processor needs num2words: make install-dev installs it")
+    from rollbench.benchmarks.libero import LiberoConfig
+    from vla_helpers import make_smolvla_checkpoint
+
+    bench = LiberoConfig(task=SUITE, task_ids=("0",))
+    return make_smolvla_checkpoint(tmp_path_factory.mktemp("vla") / "smolvla", bench)
+
+
+@pytest.mark.libero
+@pytest.mark.slow
+@needs_libero
+def test_libero_smolvla_episodes_equal_lerobot_eval(libero_smolvla_ckpt: Path, tmp_path: Path) -> None:
+    """SmolVLA on LIBERO: both cameras resized with padding, the 8-d state padded, the task's
+    instruction tokenized, the flow-matching noise drawn as lerobot-eval draws it: every action
+    of every step equal."""
+    assert_libero_episodes_equal_lerobot_eval(
+        libero_smolvla_ckpt, tmp_path, "--policy.seeding=lerobot-eval", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+    )
+
+
+def assert_libero_episodes_equal_lerobot_eval(ckpt: Path, tmp_path: Path, *flags: str, **env: str) -> None:
+    """lerobot-eval and `rollbench eval` (lockstep) on LIBERO's first libero_spatial task: every
+    step's action (recorded in both processes) and every episode's results equal."""
     from rollbench.benchmarks.libero import LiberoConfig, prepare_libero
+
+    libero_ckpt = ckpt
 
     assets = LiberoConfig(task=SUITE).assets()
     prepare_libero(assets)  # sets $LIBERO_CONFIG_PATH, which both subprocesses inherit
-    threads = {"OMP_NUM_THREADS": "1", "MUJOCO_GL": gl_backend()}  # torch's CPU kernels vary with threads
+    threads = {"OMP_NUM_THREADS": "1", "MUJOCO_GL": gl_backend(), **env}  # torch's CPU kernels vary with threads
     their_actions = tmp_path / "lerobot.jsonl"
     proc = subprocess.run(
         [
@@ -299,7 +330,7 @@ def test_libero_episodes_equal_lerobot_eval(libero_ckpt: Path, tmp_path: Path) -
     res = run_subprocess(
         "eval", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=0", f"--env.episode_length={LENGTH}",
         f"--policy.path={libero_ckpt}", "--policy.device=cpu", "--eval.mode=lockstep", f"--eval.batch_size={EPISODES}",
-        f"--eval.n_episodes={EPISODES}", f"--seed={SEED}", f"--output_dir={tmp_path / 'rollbench'}", timeout=600,
+        f"--eval.n_episodes={EPISODES}", f"--seed={SEED}", f"--output_dir={tmp_path / 'rollbench'}", *flags, timeout=600,
         PYTHONPATH=os.pathsep.join([str(hook), str(TESTS)]), RECORD_ACTIONS=str(our_actions), **threads,
     )
     assert res.rc == 0, res.err[-3000:]

@@ -69,8 +69,8 @@ def test_startup_moments_in_eval_info(act_ckpt: Path, tmp_path: Path, mode: str)
                          "--eval.report=false", f"--output_dir={out}")
     assert res.rc == 0, res.err[-3000:]
     startup = load_info(out)["startup"]
-    assert list(startup) == ["policy_checked", "policy_ready", "first_env_step"], startup
-    assert 0 < startup["policy_checked"] <= startup["policy_ready"] <= startup["first_env_step"] < 120
+    assert list(startup) == ["lerobot_imported", "policy_checked", "policy_ready", "first_env_step"], startup
+    assert 0 < startup["lerobot_imported"] <= startup["policy_checked"] <= startup["policy_ready"] <= startup["first_env_step"] < 120
 
 
 def test_weights_that_do_not_load_are_one_line(act_ckpt: Path, tmp_path: Path) -> None:

@@ -155,3 +155,69 @@ def test_check_covers_smolvla_s_processors(smolvla_ckpt: Path, tmp_path: Path) -
     rc, rows, text = check(uncached)
     assert rc == 2 and rows["vlm_model_name (config)"] == (
         "hard", "download it once with the network (`hf download rollbench-test/tiny-smolvlm`), or unset HF_HUB_OFFLINE")
+
+
+def _adapter(ckpt: Path, bench: PushTConfig):
+    from rollbench.config.policy import PolicyConfig
+    from rollbench.policies.base import PolicyContext, make_policy
+
+    env = bench.make_task_env("PushT-v0")
+    try:
+        space = env.action_space
+    finally:
+        env.close()
+    policy = make_policy(PolicyContext(PolicyConfig(type="lerobot", path=str(ckpt)), bench, space, seed=SEED))
+    policy.ready()
+    return policy
+
+
+@pytest.mark.parametrize("ptype", ["act", "diffusion", "smolvla"])
+def test_copies_for_parallel_tasks_share_one_set_of_weights(ptype: str, tmp_path: Path) -> None:
+    """--eval.max_parallel_tasks runs one shallow copy of the adapter per task: every weight
+    tensor is the driver's one copy (same storage), the processors are shared, and each copy's
+    episode state (the LeRobot policy's queues) is its own."""
+    import copy
+
+    from lerobot_helpers import make_checkpoint
+    from rollbench.policies.base import EpisodeStart
+
+    bench = PushTConfig()
+    make = make_smolvla_checkpoint if ptype == "smolvla" else (lambda out, b: make_checkpoint(out, b, policy_type=ptype))
+    policy = _adapter(make(tmp_path / ptype, bench), bench)
+    copies = [copy.copy(policy) for _ in range(3)]
+    weights = {p.data_ptr() for p in policy.policy.parameters()}
+    assert weights
+    for c in copies:
+        assert {p.data_ptr() for p in c.policy.parameters()} == weights
+        assert c.preprocessor is policy.preprocessor and c.postprocessor is policy.postprocessor
+    for i, c in enumerate(copies):
+        c.reset([i], [EpisodeStart("pusht", "PushT-v0", "", i, SEED + i)])
+    if policy.path == "lockstep":  # the LeRobot policy's own queues, rebound by each copy's reset
+        queues = [c.policy._queues for c in copies]
+        assert len({id(q) for q in queues}) == len(copies)
+
+
+def test_parallel_task_copies_add_no_weights_to_memory(tmp_path: Path) -> None:
+    """The same, in bytes: four copies of a 200 MB ACT (LeRobot's default sizes) grow the
+    process by far less than one copy of its weights."""
+    import copy
+    import resource
+
+    from lerobot_helpers import make_checkpoint
+
+    bench = PushTConfig()
+    ckpt = make_checkpoint(tmp_path / "act", bench, dim_model=512, n_heads=8, dim_feedforward=3200,
+                           n_encoder_layers=4, n_decoder_layers=1, n_vae_encoder_layers=4, latent_dim=32)
+    policy = _adapter(ckpt, bench)
+    size = sum(p.numel() * p.element_size() for p in policy.policy.parameters())
+    assert size > 100e6
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize()
+
+    before = rss()
+    copies = [copy.copy(policy) for _ in range(4)]
+    grown = rss() - before
+    assert grown < 0.05 * size, (grown, size)
+    del copies

@@ -1,8 +1,11 @@
 """When this process reached the moments a user waits for, in seconds since it started.
 
     process start (the kernel's clock, /proc/self/stat)
-      -> "policy_ready"      the policy can act (its checkpoint loaded)
-      -> "first_env_step"    the first actions were handed to an env
+      -> "checkpoint_resolved"  a hub id resolved to its commit (downloaded if needed)
+      -> "lerobot_imported"     torch and the checkpoint type's LeRobot modules imported
+      -> "policy_checked"       its config and features checked against the benchmark
+      -> "policy_ready"         the policy can act (its weights and processors loaded)
+      -> "first_env_step"       the first actions were handed to an env
 
 `rollbench eval` writes them to eval_info.json (`startup`), so that the time to the first
 env step is a figure a benchmark can read (bench/vs_lerobot.py) rather than a feeling.

@@ -304,6 +304,7 @@ class LeRobotPolicy(Policy):
             import torch
 
             import_config_class(raw.get("type"), ckpt)
+            timeline.mark("lerobot_imported")
         except ImportError as err:
             raise ConfigError(f"--policy.type=lerobot needs lerobot and torch ({_first_line(err)}); {INSTALL_HINT}") from None
         if conf.device.startswith("cuda") and not torch.cuda.is_available():
