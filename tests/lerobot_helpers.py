@@ -161,3 +161,19 @@ def make_steered_checkpoint(
     bias = np.mean(raw, axis=0)
     mean = (np.asarray(drift, dtype=np.float64) - gain * bias).tolist()
     return make_checkpoint(out, benchmark, action_mean=0.0, action_std=1.0, stats={"action": {"mean": mean, "std": [gain] * len(mean)}})
+
+
+def make_adapter(ckpt: Path, benchmark: BenchmarkConfig, seed: int | None = None, **options: str) -> Any:
+    """rollbench's LeRobot adapter for `ckpt` on `benchmark`'s first task, loaded (`ready()`: the
+    weights load on a thread, and these tests reach into them)."""
+    from rollbench.config.policy import PolicyConfig
+    from rollbench.policies.base import PolicyContext, make_policy
+
+    env = benchmark.make_task_env(next(t for names in benchmark.tasks().values() for t in names))
+    try:
+        space = env.action_space
+    finally:
+        env.close()
+    policy = make_policy(PolicyContext(PolicyConfig(type="lerobot", path=str(ckpt), options=options), benchmark, space, seed))
+    policy.ready()
+    return policy

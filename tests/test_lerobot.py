@@ -21,10 +21,9 @@ pytest.importorskip("lerobot")
 pytest.importorskip("gym_pusht")
 
 from conftest import load_info, per_episode, run_subprocess
-from lerobot_helpers import make_checkpoint
+from lerobot_helpers import make_adapter, make_checkpoint
 from rollbench.benchmarks.pusht import PushTConfig
-from rollbench.config.policy import PolicyConfig
-from rollbench.policies.base import EpisodeStart, PolicyContext, make_policy
+from rollbench.policies.base import EpisodeStart
 
 pytestmark = [pytest.mark.lerobot, pytest.mark.pusht]
 
@@ -159,15 +158,7 @@ def test_unknown_option_is_refused_with_a_hint(cli, act_ckpt: Path, tmp_path: Pa
 
 
 def _adapter(ckpt: Path, **options: str):
-    bench = PushTConfig(episode_length=LENGTH)
-    env = bench.make_task_env("PushT-v0")
-    try:
-        space = env.action_space
-    finally:
-        env.close()
-    policy = make_policy(PolicyContext(PolicyConfig(type="lerobot", path=str(ckpt), options=options), bench, space))
-    policy.ready()  # the weights load on a thread; these tests reach into them
-    return policy
+    return make_adapter(ckpt, PushTConfig(episode_length=LENGTH), **options)
 
 
 def _batch(n: int, rng: np.random.Generator) -> dict:

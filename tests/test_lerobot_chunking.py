@@ -17,10 +17,9 @@ pytest.importorskip("lerobot")
 pytest.importorskip("gym_pusht")
 
 from conftest import load_info, per_episode, run_subprocess
-from lerobot_helpers import make_checkpoint
+from lerobot_helpers import make_adapter, make_checkpoint
 from rollbench.benchmarks.pusht import PushTConfig
-from rollbench.config.policy import PolicyConfig
-from rollbench.policies.base import EpisodeStart, PolicyContext, make_policy
+from rollbench.policies.base import EpisodeStart
 from rollbench.policies.lerobot import batch_seed, to_policy_batch
 
 pytestmark = [pytest.mark.lerobot, pytest.mark.pusht]
@@ -36,13 +35,7 @@ def diffusion_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _adapter(ckpt: Path):
-    bench = PushTConfig(episode_length=LENGTH)
-    env = bench.make_task_env("PushT-v0")
-    try:
-        space = env.action_space
-    finally:
-        env.close()
-    return make_policy(PolicyContext(PolicyConfig(type="lerobot", path=str(ckpt)), bench, space))
+    return make_adapter(ckpt, PushTConfig(episode_length=LENGTH))
 
 
 def _batch(n: int, rng: np.random.Generator) -> dict:

@@ -38,14 +38,14 @@ def smolvla_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_smolvla_checkpoint(tmp_path_factory.mktemp("vla") / "smolvla", PushTConfig())
 
 
-def lerobot_eval(ckpt: Path, out: Path, batch_size: int) -> list[Episode]:
+def lerobot_eval(ckpt: Path, out: Path, batch_size: int, **env: str) -> list[Episode]:
     proc = subprocess.run(
         [
             LEROBOT_EVAL, f"--policy.path={ckpt}", "--policy.device=cpu", "--env.type=pusht",
             f"--env.episode_length={LENGTH}", f"--eval.n_episodes={EPISODES}", f"--eval.batch_size={batch_size}",
             f"--seed={SEED}", f"--output_dir={out}",
         ],
-        capture_output=True, text=True, timeout=900, env=subprocess_env(**OFFLINE),
+        capture_output=True, text=True, timeout=900, env=subprocess_env(**OFFLINE, **env),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (task,) = json.loads((out / "eval_info.json").read_text())["per_task"]
@@ -53,11 +53,11 @@ def lerobot_eval(ckpt: Path, out: Path, batch_size: int) -> list[Episode]:
     return list(zip(m["successes"], m["sum_rewards"], m["max_rewards"], strict=True))
 
 
-def rollbench(ckpt: Path, out: Path, *extra: str) -> list[Episode]:
+def rollbench(ckpt: Path, out: Path, *extra: str, **env: str) -> list[Episode]:
     res = run_subprocess(
         "eval", "--env.type=pusht", f"--env.episode_length={LENGTH}", f"--policy.path={ckpt}",
         f"--eval.n_episodes={EPISODES}", f"--seed={SEED}", f"--output_dir={out}", "--eval.max_episodes_rendered=0",
-        "--eval.report=false", *extra, timeout=900, **OFFLINE,
+        "--eval.report=false", *extra, timeout=900, **OFFLINE, **env,
     )
     assert res.rc == 0, res.err[-3000:]
     eps = per_episode(out)
@@ -158,17 +158,9 @@ def test_check_covers_smolvla_s_processors(smolvla_ckpt: Path, tmp_path: Path) -
 
 
 def _adapter(ckpt: Path, bench: PushTConfig):
-    from rollbench.config.policy import PolicyConfig
-    from rollbench.policies.base import PolicyContext, make_policy
+    from lerobot_helpers import make_adapter
 
-    env = bench.make_task_env("PushT-v0")
-    try:
-        space = env.action_space
-    finally:
-        env.close()
-    policy = make_policy(PolicyContext(PolicyConfig(type="lerobot", path=str(ckpt)), bench, space, seed=SEED))
-    policy.ready()
-    return policy
+    return make_adapter(ckpt, bench, seed=SEED)
 
 
 @pytest.mark.parametrize("ptype", ["act", "diffusion", "smolvla"])
@@ -221,3 +213,64 @@ def test_parallel_task_copies_add_no_weights_to_memory(tmp_path: Path) -> None:
     grown = rss() - before
     assert grown < 0.05 * size, (grown, size)
     del copies
+
+
+@pytest.fixture(scope="module")
+def groot(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """A tiny GR00T N1.5 and the environment every process that loads it needs (its Eagle assets)."""
+    pytest.importorskip("peft", reason="GR00T's Eagle backbone imports peft: make install-dev installs it")
+    from vla_groot import make_groot_checkpoint
+
+    home = tmp_path_factory.mktemp("lerobot_home")
+    ckpt = make_groot_checkpoint(tmp_path_factory.mktemp("vla") / "groot", PushTConfig(), home)
+    return ckpt, {"HF_LEROBOT_HOME": str(home)}
+
+
+@pytest.mark.slow
+def test_groot_lockstep_equals_lerobot_eval(groot: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    """GR00T on PushT pixels: its Eagle processor (chat template, image tokens), min-max
+    normalisation, the tail of each chunk as select_action returns it, and its noise."""
+    ckpt, env = groot
+    theirs = lerobot_eval(ckpt, tmp_path / "lerobot", batch_size=2, **env)
+    assert len({r[1] for r in theirs}) > 1, "the episodes should differ, or the comparison is weak"
+    ours = rollbench(ckpt, tmp_path / "ours", "--policy.seeding=lerobot-eval", "--eval.batch_size=2", **env)
+    assert load_info(tmp_path / "ours")["mode"] == "lockstep"
+    assert_same_episodes(ours, theirs)
+
+
+def test_a_one_task_type_never_sees_two_tasks_in_one_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GR00T's processor tokenizes the first row's task for every row of a call (ONE_TASK_PER_CALL);
+    a call that mixes tasks would prompt rows with another task's instruction, so it is refused.
+    (The guard is the type-independent adapter code; ACT stands in for GR00T, whose loading needs
+    `HF_LEROBOT_HOME` set before LeRobot is imported.)"""
+    import numpy as np
+
+    import rollbench.policies.lerobot as adapter
+    from lerobot_helpers import make_adapter, make_checkpoint
+    from rollbench.errors import PolicyError
+    from rollbench.policies.base import EpisodeStart
+
+    assert "groot" in adapter.ONE_TASK_PER_CALL
+    monkeypatch.setattr(adapter, "ONE_TASK_PER_CALL", {"act"})
+    policy = make_adapter(make_checkpoint(tmp_path / "act", PushTConfig()), PushTConfig(), seed=SEED)
+    policy.reset([0, 1], [EpisodeStart("pusht", "PushT-v0", "", i, SEED + i) for i in (0, 1)])
+    rng = np.random.default_rng(0)
+    batch = {"observation.image": rng.integers(0, 256, (2, 96, 96, 3), dtype=np.uint8),
+             "observation.state": rng.uniform(0, 512, (2, 2))}
+    assert policy.act({**batch, "task": ["push", "push"]}, [0, 1]).shape == (2, 2)
+    with pytest.raises(PolicyError, match="one task per call"):
+        policy.act({**batch, "task": ["push", "pull"]}, [0, 1])
+
+
+def test_xvla_is_refused_in_one_line(tmp_path: Path) -> None:
+    """X-VLA brings its own env processors, which LeRobot 0.4.4 writes for LIBERO only (on PushT
+    lerobot-eval crashes in them at the first step): refused before any episode, saying why."""
+    from vla_xvla import make_xvla_checkpoint
+
+    ckpt = make_xvla_checkpoint(tmp_path / "xvla", PushTConfig())
+    res = run_subprocess("eval", "--env.type=pusht", f"--policy.path={ckpt}", "--eval.n_episodes=1",
+                         f"--output_dir={tmp_path / 'out'}", **OFFLINE)
+    errors = [ln for ln in res.err.splitlines() if ln.startswith("rollbench: error:")]
+    assert res.rc == 2 and len(errors) == 1 and "Traceback" not in res.err, res.err
+    assert "'xvla' policy brings its own env processors" in errors[0]
+    assert not (tmp_path / "out" / "episodes").exists()

@@ -34,7 +34,7 @@ import numpy as np
 
 from rollbench import timeline
 from rollbench.config.policy import PolicyConfig
-from rollbench.errors import ConfigError, did_you_mean
+from rollbench.errors import ConfigError, PolicyError, did_you_mean
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext
 from rollbench.policies.hub import REQUIRED_FILES, checkpoint_dir
 
@@ -57,6 +57,11 @@ PATHS = {"act": "chunk", "diffusion": "history"}
 #: policy types that bring their own env processors (LeRobot's `make_env_pre_post_processors`
 #: returns the policy's pipelines instead of the env's); rollbench does not apply them yet
 OWNS_ENV_PROCESSORS = {"xvla"}
+
+#: types whose processor reads one task for the whole batch (GR00T's tokenizes `task[0]` for
+#: every row): a call must not mix tasks. Lockstep never does (a batch is one task's envs);
+#: the guard in `act` keeps any other caller from prompting a row with another task's words.
+ONE_TASK_PER_CALL = {"groot"}
 
 #: types that load without the rest of LeRobot's policies: their configuration module and
 #: their policy class by name, their processor pipelines from the checkpoint's files (what
@@ -414,6 +419,11 @@ class LeRobotPolicy(Policy):
         import torch
 
         self.ready()
+        if self.cfg.type in ONE_TASK_PER_CALL and len(set(batch.get("task") or [])) > 1:
+            raise PolicyError(
+                f"{self.cfg.type!r} policies take one task per call (its processor reads the first row's task for "
+                f"every row); this call mixed {sorted(set(batch['task']))}"
+            )
         with torch.inference_mode(), self._autocast():
             if self.path == "lockstep":
                 action = self.policy.select_action(self._inputs(batch, None))

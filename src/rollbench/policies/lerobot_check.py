@@ -94,10 +94,19 @@ def observed(batch: Mapping[str, Any]) -> dict[str, Given]:
     return out
 
 
-def stats_keys(ckpt: Path) -> set[str] | None:
-    """Keys (e.g. `observation.state.mean`) of the pre-processor's normaliser stats; None
-    when the checkpoint has no normaliser stats file at all."""
-    files = sorted(ckpt.glob("policy_preprocessor_step_*_normalizer_processor.safetensors"))
+def _steps(ckpt: Path, which: str) -> list[dict[str, Any]]:
+    """The steps of the checkpoint's `policy_<which>.json` pipeline (empty when unreadable)."""
+    try:
+        steps = json.loads((ckpt / f"policy_{which}.json").read_text()).get("steps")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [s for s in steps if isinstance(s, dict)] if isinstance(steps, list) else []
+
+
+def _state_keys(ckpt: Path, steps: list[dict[str, Any]]) -> set[str] | None:
+    """Keys of the state files the steps name (their stats); None when none names one."""
+    files = [ckpt / str(s["state_file"]) for s in steps if s.get("state_file")]
+    files = [f for f in files if f.is_file()]
     if not files:
         return None
     from safetensors import safe_open
@@ -107,6 +116,23 @@ def stats_keys(ckpt: Path) -> set[str] | None:
         with safe_open(str(f), framework="numpy") as fh:
             keys.update(fh.keys())
     return keys
+
+
+def normalisation(ckpt: Path, cfg: Mapping[str, Any]) -> tuple[dict[str, str], set[str] | None]:
+    """(feature type -> normalisation mode, keys of the stats the pre-processor holds), read from
+    the pipeline that will run rather than from config.json alone: LeRobot's normaliser step
+    carries its own `norm_map`; GR00T's packing step normalises state and action min-max
+    (`normalize_min_max`) whatever config.json's `normalization_mapping` says."""
+    steps = _steps(ckpt, "preprocessor")
+    have = _state_keys(ckpt, steps)
+    for step in steps:
+        config = step.get("config") if isinstance(step.get("config"), dict) else {}
+        assert isinstance(config, dict)
+        if isinstance(config.get("norm_map"), dict):
+            return {str(k): str(v) for k, v in config["norm_map"].items()}, have
+        if "normalize_min_max" in config:
+            return ({"STATE": "MIN_MAX", "ACTION": "MIN_MAX"} if config["normalize_min_max"] else {}), have
+    return dict(cfg.get("normalization_mapping") or {}), have
 
 
 def _needed_stats(mode: str) -> tuple[str, ...]:
@@ -119,8 +145,7 @@ def preflight(ckpt: Path, gives: Mapping[str, Given], action_space: Any, benchma
     cfg = json.loads((ckpt / "config.json").read_text())
     inputs: dict[str, dict[str, Any]] = cfg.get("input_features") or {}
     outputs: dict[str, dict[str, Any]] = cfg.get("output_features") or {}
-    modes: dict[str, str] = cfg.get("normalization_mapping") or {}
-    have = stats_keys(ckpt)
+    modes, have = normalisation(ckpt, cfg)
     rows: list[Row] = []
     unused = {k: g for k, g in gives.items() if k not in inputs}
     for key, ft in inputs.items():
@@ -312,14 +337,15 @@ def _action_rows(outputs: Mapping[str, Any], modes: Mapping[str, str], have: set
 
 
 def _action_range(ckpt: Path) -> tuple[np.ndarray, np.ndarray] | None:
-    files = sorted(ckpt.glob("policy_postprocessor_step_*_unnormalizer_processor.safetensors"))
-    if not files:
-        return None
+    """The dataset's action range, from the stats the post-processor's steps hold."""
     from safetensors.numpy import load_file
 
-    data = load_file(str(files[0]))
-    if "action.min" in data and "action.max" in data:
-        return data["action.min"].astype(float), data["action.max"].astype(float)
+    for step in _steps(ckpt, "postprocessor"):
+        path = ckpt / str(step.get("state_file") or "")
+        if step.get("state_file") and path.is_file():
+            data = load_file(str(path))
+            if "action.min" in data and "action.max" in data:
+                return data["action.min"].astype(float), data["action.max"].astype(float)
     return None
 
 
