@@ -95,7 +95,7 @@ def make_checkpoint(
     `inputs` replaces the input features (e.g. an ALOHA-shaped state to test the mismatch error);
     `stats` replaces normalisation stats per key (e.g. `{"action": {"mean": ..., "std": ...}}`).
     """
-    from lerobot.policies.factory import get_policy_class, make_policy_config, make_pre_post_processors
+    from lerobot.policies.factory import get_policy_class, make_policy_config
 
     bench_inputs, outputs = policy_features(benchmark)
     inputs = bench_inputs if inputs is None else inputs
@@ -117,15 +117,10 @@ def make_checkpoint(
     cfg = make_policy_config(policy_type, input_features=inputs, output_features=outputs, **small)
     torch.manual_seed(seed)
     policy = get_policy_class(policy_type)(cfg)
-    out.mkdir(parents=True, exist_ok=True)
-    policy.save_pretrained(out)
     all_stats = dataset_stats(inputs, outputs, action_mean, action_std)
     for key, values in (stats or {}).items():
         all_stats[key] = {**all_stats[key], **{k: torch.as_tensor(v, dtype=torch.float32) for k, v in values.items()}}
-    pre, post = make_pre_post_processors(cfg, dataset_stats=all_stats)
-    pre.save_pretrained(out)
-    post.save_pretrained(out)
-    return out
+    return save_like_lerobot_train(policy, cfg, out, all_stats)
 
 
 def make_steered_checkpoint(
@@ -177,3 +172,17 @@ def make_adapter(ckpt: Path, benchmark: BenchmarkConfig, seed: int | None = None
     policy = make_policy(PolicyContext(PolicyConfig(type="lerobot", path=str(ckpt), options=options), benchmark, space, seed))
     policy.ready()
     return policy
+
+
+def save_like_lerobot_train(policy: Any, cfg: Any, out: Path, stats: dict[str, Any]) -> Path:
+    """What `lerobot-train` leaves in `pretrained_model/`: the weights and config, and both
+    processor pipelines made with the dataset's stats (LeRobot 0.4.4 refuses a checkpoint
+    without them)."""
+    from lerobot.policies.factory import make_pre_post_processors
+
+    out.mkdir(parents=True, exist_ok=True)
+    policy.save_pretrained(out)
+    pre, post = make_pre_post_processors(cfg, dataset_stats=stats)
+    pre.save_pretrained(out)
+    post.save_pretrained(out)
+    return out

@@ -36,8 +36,9 @@ from unittest import mock
 
 import torch
 
-from lerobot_helpers import dataset_stats, policy_features
+from lerobot_helpers import dataset_stats, policy_features, save_like_lerobot_train
 from rollbench.config.env import BenchmarkConfig
+from vla_helpers import byte_level_bpe
 
 # LeRobot's default `tokenizer_assets_repo`; the assets go to `home / _ASSETS_REPO`.
 _ASSETS_REPO = "lerobot/eagle2hg-processor-groot-n1p5"
@@ -119,16 +120,11 @@ def _lerobot_home(home: Path) -> Iterator[None]:
 
 
 def _byte_tokenizer() -> Any:
-    """A byte-level BPE with no merges (every byte a token, so any task encodes) and Eagle's special tokens."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    """The byte-level BPE (vla_helpers.byte_level_bpe) with Eagle's special tokens."""
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
-    raw = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    raw.decoder = decoders.ByteLevel()
     return PreTrainedTokenizerFast(
-        tokenizer_object=raw,
+        tokenizer_object=byte_level_bpe(),
         pad_token=_PAD,
         bos_token=_IM_START,
         eos_token=_IM_END,
@@ -275,7 +271,7 @@ def make_groot_checkpoint(out: Path, benchmark: BenchmarkConfig, home: Path, see
     executed; `use_bf16=False` keeps the model in float32 on a CPU; `overrides` replace any
     `GrootConfig` field (`max_state_dim` and `max_action_dim` also size the base model).
     """
-    from lerobot.policies.factory import get_policy_class, make_policy_config, make_pre_post_processors
+    from lerobot.policies.factory import get_policy_class, make_policy_config
 
     inputs, outputs = policy_features(benchmark)
     make_eagle_assets(home)
@@ -296,9 +292,4 @@ def make_groot_checkpoint(out: Path, benchmark: BenchmarkConfig, home: Path, see
     torch.manual_seed(seed)
     with _lerobot_home(home):
         policy = get_policy_class("groot")(cfg)
-    out.mkdir(parents=True, exist_ok=True)
-    policy.save_pretrained(out)
-    pre, post = make_pre_post_processors(cfg, dataset_stats=dataset_stats(inputs, outputs, 256.0, 100.0))
-    pre.save_pretrained(out)
-    post.save_pretrained(out)
-    return out
+    return save_like_lerobot_train(policy, cfg, out, dataset_stats(inputs, outputs, 256.0, 100.0))

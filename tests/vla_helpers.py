@@ -12,12 +12,13 @@ Needs the `num2words` package: transformers' SmolVLM processor imports it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from lerobot_helpers import dataset_stats, policy_features
+from lerobot_helpers import dataset_stats, policy_features, save_like_lerobot_train
 from rollbench.config.env import BenchmarkConfig
 
 _IMAGE_SIZE = 64
@@ -39,15 +40,24 @@ def backbone_dir(out: Path) -> Path:
     return out.with_name(out.name + "-smolvlm")
 
 
-def _byte_tokenizer() -> Any:
-    """A byte-level tokenizer with no merges: every byte is a token, so any task string encodes."""
+def byte_level_bpe(leading: Sequence[str] = ()) -> Any:
+    """A byte-level BPE `tokenizers.Tokenizer` with no merges: every byte is a token, so any task
+    string encodes, with a vocabulary of a few hundred ids. `leading` tokens take the first ids
+    (BART's `<s>`, `<pad>`, `</s>` for X-VLA). Each VLA's builder wraps it with its special tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
-    vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    vocab = {tok: i for i, tok in enumerate([*leading, *sorted(pre_tokenizers.ByteLevel.alphabet())])}
     raw = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     raw.decoder = decoders.ByteLevel()
+    return raw
+
+
+def _byte_tokenizer() -> Any:
+    """SmolVLM's: the byte-level BPE with the image tokens its processor looks up."""
+    from transformers import PreTrainedTokenizerFast
+
+    raw = byte_level_bpe()
     return PreTrainedTokenizerFast(
         tokenizer_object=raw,
         pad_token=_PAD,
@@ -105,7 +115,7 @@ def make_smolvla_checkpoint(out: Path, benchmark: BenchmarkConfig, seed: int = 0
     The backbone it refers to goes to `backbone_dir(out)`. Actions come in chunks of 8, of which
     4 are executed, after 4 denoising steps; `overrides` replace any `SmolVLAConfig` field.
     """
-    from lerobot.policies.factory import get_policy_class, make_policy_config, make_pre_post_processors
+    from lerobot.policies.factory import get_policy_class, make_policy_config
 
     inputs, outputs = policy_features(benchmark)
     vlm = make_tiny_smolvlm(backbone_dir(out)).resolve()
@@ -124,9 +134,4 @@ def make_smolvla_checkpoint(out: Path, benchmark: BenchmarkConfig, seed: int = 0
     cfg = make_policy_config("smolvla", input_features=inputs, output_features=outputs, **small)
     torch.manual_seed(seed)
     policy = get_policy_class("smolvla")(cfg)
-    out.mkdir(parents=True, exist_ok=True)
-    policy.save_pretrained(out)
-    pre, post = make_pre_post_processors(cfg, dataset_stats=dataset_stats(inputs, outputs, 256.0, 100.0))
-    pre.save_pretrained(out)
-    post.save_pretrained(out)
-    return out
+    return save_like_lerobot_train(policy, cfg, out, dataset_stats(inputs, outputs, 256.0, 100.0))

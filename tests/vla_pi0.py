@@ -80,7 +80,7 @@ def _tiny_replacements(module: ModuleType) -> dict[str, Any]:
         # The projector maps SigLIP's width onto the language model's.
         config.vision_config.projection_dim = config.text_config.hidden_size
         config.text_config.vocab_size = _VOCAB
-        config._vocab_size = _VOCAB
+        config._vocab_size = _VOCAB  # PaliGemmaConfig's own copy, which LeRobot sets too
         return paligemma(config=config)
 
     def tiny_gemma(config: Any) -> Any:
@@ -98,7 +98,8 @@ def _patch(module: ModuleType) -> dict[str, Any]:
     """Make `module` build tiny models; returns the replaced attributes (idempotent)."""
     if getattr(module, "_rollbench_tiny_pi0", False):
         return {}
-    saved = {name: getattr(module, name) for name in ("get_gemma_config", "PaliGemmaForConditionalGeneration", "GemmaForCausalLM")}
+    names = ("get_gemma_config", "PaliGemmaForConditionalGeneration", "GemmaForCausalLM")
+    saved = {name: getattr(module, name) for name in names}
     for name, value in _tiny_replacements(module).items():
         setattr(module, name, value)
     module._rollbench_tiny_pi0 = True
@@ -206,7 +207,9 @@ def _hub_tokenizer_from(local: Path) -> Iterator[None]:
         tp.AutoTokenizer = auto
 
 
-def make_pi0_checkpoint(out: Path, benchmark: BenchmarkConfig, policy_type: str = "pi0", seed: int = 0, **overrides: Any) -> Path:
+def make_pi0_checkpoint(
+    out: Path, benchmark: BenchmarkConfig, policy_type: str = "pi0", seed: int = 0, **overrides: Any
+) -> Path:
     """Save a tiny random-init pi0 or pi05 for `benchmark`'s features into `out`, the way lerobot-train does.
 
     Needs the overlay first on sys.path. The tokenizer goes to `tokenizer_dir(out)`. Actions come

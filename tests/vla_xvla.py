@@ -18,8 +18,9 @@ from typing import Any
 
 import torch
 
-from lerobot_helpers import dataset_stats, policy_features
+from lerobot_helpers import dataset_stats, policy_features, save_like_lerobot_train
 from rollbench.config.env import BenchmarkConfig
+from vla_helpers import byte_level_bpe
 
 # BART's conventions: Florence-2's language config defaults to these ids (its embeddings use
 # `pad_token_id` as padding index), so the tokenizer puts its special tokens there.
@@ -41,15 +42,9 @@ def make_byte_tokenizer(path: Path) -> Any:
     ids 0-2 are `<s>`, `<pad>`, `</s>` as in BART, and the bytes follow. Saved with
     `save_pretrained`, so LeRobot's `TokenizerProcessorStep` loads it with `AutoTokenizer`.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    specials = [_BOS, _PAD, _EOS]
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {tok: i for i, tok in enumerate(specials + alphabet)}
-    raw = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    raw.decoder = decoders.ByteLevel()
+    raw = byte_level_bpe(leading=(_BOS, _PAD, _EOS))
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, bos_token=_BOS, pad_token=_PAD, eos_token=_EOS)
     path.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(path)
@@ -124,7 +119,7 @@ def make_xvla_checkpoint(out: Path, benchmark: BenchmarkConfig, seed: int = 0, *
     weights overwrite it), so a random-init X-VLA holds whatever memory it got: values up to
     1e8 or NaN, different on every run. It is drawn here from the seeded RNG instead.
     """
-    from lerobot.policies.factory import get_policy_class, make_policy_config, make_pre_post_processors
+    from lerobot.policies.factory import get_policy_class, make_policy_config
 
     inputs, outputs = policy_features(benchmark)
     tok_path = tokenizer_dir(out).resolve()
@@ -147,9 +142,4 @@ def make_xvla_checkpoint(out: Path, benchmark: BenchmarkConfig, seed: int = 0, *
     torch.manual_seed(seed)
     policy = get_policy_class("xvla")(cfg)
     torch.nn.init.normal_(policy.model.vlm.image_projection, std=0.02)
-    out.mkdir(parents=True, exist_ok=True)
-    policy.save_pretrained(out)
-    pre, post = make_pre_post_processors(cfg, dataset_stats=dataset_stats(inputs, outputs, 256.0, 100.0))
-    pre.save_pretrained(out)
-    post.save_pretrained(out)
-    return out
+    return save_like_lerobot_train(policy, cfg, out, dataset_stats(inputs, outputs, 256.0, 100.0))
