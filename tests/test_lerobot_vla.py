@@ -38,14 +38,60 @@ def smolvla_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_smolvla_checkpoint(tmp_path_factory.mktemp("vla") / "smolvla", PushTConfig())
 
 
-def lerobot_eval(ckpt: Path, out: Path, batch_size: int, **env: str) -> list[Episode]:
+# In every process of a run (lerobot-eval's, rollbench's driver and env workers): each action
+# PushT is stepped with, keyed by its episode's reset seed (steps after an episode's end, which
+# lerobot-eval takes through gymnasium's autoreset without a seed, are not episodes); and, for
+# pi0/pi05, the patch that makes their models the tiny ones (tests/vla_pi0.py)
+SITECUSTOMIZE = """
+import json, os
+if os.environ.get("RECORD_ACTIONS"):
+    import gym_pusht.envs.pusht as _pusht
+    _reset, _step = _pusht.PushTEnv.reset, _pusht.PushTEnv.step
+    def _recorded_reset(self, seed=None, options=None):
+        self._recorded_seed = seed
+        return _reset(self, seed=seed, options=options)
+    def _recorded_step(self, action):
+        if getattr(self, "_recorded_seed", None) is not None:
+            with open(os.environ["RECORD_ACTIONS"], "a") as fh:
+                fh.write(json.dumps([self._recorded_seed, [float(a) for a in action]]) + "\\n")
+        return _step(self, action)
+    _pusht.PushTEnv.reset, _pusht.PushTEnv.step = _recorded_reset, _recorded_step
+if os.environ.get("TINY_PI0"):
+    import vla_pi0
+    vla_pi0.install_tiny_pi0_patch()
+"""
+
+Actions = dict[int, list[list[float]]]
+
+
+def recording_env(tmp_path: Path, name: str, first: tuple[Path, ...] = (), **env: str) -> tuple[dict[str, str], Path]:
+    """The environment of a recorded process (offline, one thread) and the file its actions go to."""
+    from conftest import TESTS
+
+    hook = tmp_path / "hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    record = tmp_path / f"{name}.actions.jsonl"
+    path = ":".join(str(p) for p in (*first, hook, TESTS))
+    return {**OFFLINE, "PYTHONPATH": path, "RECORD_ACTIONS": str(record), **env}, record
+
+
+def read_actions(path: Path) -> Actions:
+    out: Actions = {}
+    for line in path.read_text().splitlines():
+        seed, action = json.loads(line)
+        out.setdefault(seed, []).append(action)
+    return out
+
+
+def lerobot_eval(ckpt: Path, out: Path, batch_size: int, env: dict[str, str]) -> list[Episode]:
     proc = subprocess.run(
         [
             LEROBOT_EVAL, f"--policy.path={ckpt}", "--policy.device=cpu", "--env.type=pusht",
             f"--env.episode_length={LENGTH}", f"--eval.n_episodes={EPISODES}", f"--eval.batch_size={batch_size}",
             f"--seed={SEED}", f"--output_dir={out}",
         ],
-        capture_output=True, text=True, timeout=900, env=subprocess_env(**OFFLINE, **env),
+        capture_output=True, text=True, timeout=900, env={**subprocess_env(), **env},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (task,) = json.loads((out / "eval_info.json").read_text())["per_task"]
@@ -53,11 +99,11 @@ def lerobot_eval(ckpt: Path, out: Path, batch_size: int, **env: str) -> list[Epi
     return list(zip(m["successes"], m["sum_rewards"], m["max_rewards"], strict=True))
 
 
-def rollbench(ckpt: Path, out: Path, *extra: str, **env: str) -> list[Episode]:
+def rollbench(ckpt: Path, out: Path, *extra: str, env: dict[str, str] | None = None) -> list[Episode]:
     res = run_subprocess(
         "eval", "--env.type=pusht", f"--env.episode_length={LENGTH}", f"--policy.path={ckpt}",
         f"--eval.n_episodes={EPISODES}", f"--seed={SEED}", f"--output_dir={out}", "--eval.max_episodes_rendered=0",
-        "--eval.report=false", *extra, timeout=900, **OFFLINE, **env,
+        "--eval.report=false", *extra, timeout=900, **(env or OFFLINE),
     )
     assert res.rc == 0, res.err[-3000:]
     eps = per_episode(out)
@@ -71,17 +117,29 @@ def assert_same_episodes(a: list[Episode], b: list[Episode]) -> None:
         assert math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-12), (x, y)
 
 
+def assert_equals_lerobot_eval(ckpt: Path, tmp_path: Path, first: tuple[Path, ...] = (), **env: str) -> None:
+    """lerobot-eval at batch 2 and `rollbench eval --policy.seeding=lerobot-eval` (lockstep, env
+    workers) on PushT pixels: every action of every episode, then every episode's results."""
+    theirs_env, theirs_record = recording_env(tmp_path, "lerobot", first, **env)
+    theirs = lerobot_eval(ckpt, tmp_path / "lerobot", 2, theirs_env)
+    ours_env, ours_record = recording_env(tmp_path, "rollbench", first, **env)
+    ours = rollbench(ckpt, tmp_path / "ours", "--policy.seeding=lerobot-eval", "--eval.batch_size=2", env=ours_env)
+    assert load_info(tmp_path / "ours")["mode"] == "lockstep"
+    a, b = read_actions(ours_record), read_actions(theirs_record)
+    assert sorted(a) == sorted(b) == [SEED + i for i in range(EPISODES)]
+    for seed in a:
+        assert len(a[seed]) == len(b[seed]) == LENGTH, seed
+        assert a[seed] == b[seed], f"episode with seed {seed}: the actions differ"
+    assert len({tuple(map(tuple, v)) for v in a.values()}) == EPISODES  # each episode acts on its own
+    assert_same_episodes(ours, theirs)
+
+
 @pytest.mark.slow
 def test_smolvla_lockstep_equals_lerobot_eval(smolvla_ckpt: Path, tmp_path: Path) -> None:
     """SmolVLA on PushT pixels: its processors (newline, tokenizer of the task string, image
     resize with padding, state and action padding) and its flow-matching noise, as lerobot-eval
     runs them; the task string is lerobot-eval's ("" on PushT: BenchmarkConfig.policy_task)."""
-    theirs = lerobot_eval(smolvla_ckpt, tmp_path / "lerobot", batch_size=2)
-    assert len({r[1] for r in theirs}) > 1, "the episodes should differ, or the comparison is weak"
-    ours = rollbench(smolvla_ckpt, tmp_path / "ours", "--policy.seeding=lerobot-eval", "--eval.batch_size=2")
-    info = load_info(tmp_path / "ours")
-    assert info["mode"] == "lockstep"
-    assert_same_episodes(ours, theirs)
+    assert_equals_lerobot_eval(smolvla_ckpt, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -231,11 +289,7 @@ def test_groot_lockstep_equals_lerobot_eval(groot: tuple[Path, dict[str, str]], 
     """GR00T on PushT pixels: its Eagle processor (chat template, image tokens), min-max
     normalisation, the tail of each chunk as select_action returns it, and its noise."""
     ckpt, env = groot
-    theirs = lerobot_eval(ckpt, tmp_path / "lerobot", batch_size=2, **env)
-    assert len({r[1] for r in theirs}) > 1, "the episodes should differ, or the comparison is weak"
-    ours = rollbench(ckpt, tmp_path / "ours", "--policy.seeding=lerobot-eval", "--eval.batch_size=2", **env)
-    assert load_info(tmp_path / "ours")["mode"] == "lockstep"
-    assert_same_episodes(ours, theirs)
+    assert_equals_lerobot_eval(ckpt, tmp_path, **env)
 
 
 def test_a_one_task_type_never_sees_two_tasks_in_one_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -274,3 +328,37 @@ def test_xvla_is_refused_in_one_line(tmp_path: Path) -> None:
     assert res.rc == 2 and len(errors) == 1 and "Traceback" not in res.err, res.err
     assert "'xvla' policy brings its own env processors" in errors[0]
     assert not (tmp_path / "out" / "episodes").exists()
+
+
+#: openpi's patched transformers, which LeRobot 0.4.4's pi0/pi05 need and no other type accepts:
+#: an overlay directory put first on PYTHONPATH (the rest comes from the venv); make install-dev
+#: installs it
+OPENPI_OVERLAY = Path(sys.prefix) / "openpi-overlay"
+OVERLAY_INSTALL = (f"{Path(sys.prefix) / 'bin' / 'pip'} install --target {OPENPI_OVERLAY} --no-deps "
+                   f"transformers-openpi==4.53.3 tokenizers==0.21.4")
+
+
+@pytest.fixture(scope="module")
+def pi0_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny pi0 and pi05, built in a process that imports the patched transformers."""
+    if not (OPENPI_OVERLAY / "transformers" / "models" / "siglip" / "check.py").exists():
+        pytest.skip(f"pi0/pi05 need openpi's transformers in {OPENPI_OVERLAY}; run: {OVERLAY_INSTALL}")
+    from conftest import TESTS
+
+    root = tmp_path_factory.mktemp("pi0")
+    build = ("import sys; from pathlib import Path; from vla_pi0 import make_pi0_checkpoint; "
+             "from rollbench.benchmarks.pusht import PushTConfig; "
+             "[make_pi0_checkpoint(Path(sys.argv[1]) / t, PushTConfig(), policy_type=t) for t in ('pi0', 'pi05')]")
+    proc = subprocess.run([sys.executable, "-c", build, str(root)], capture_output=True, text=True, timeout=600,
+                          env={**subprocess_env(), **OFFLINE, "PYTHONPATH": f"{OPENPI_OVERLAY}:{TESTS}"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {t: root / t for t in ("pi0", "pi05")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ptype", ["pi0", "pi05"])
+def test_pi0_lockstep_equals_lerobot_eval(pi0_ckpts: dict[str, Path], tmp_path: Path, ptype: str) -> None:
+    """pi0 and pi05 on PushT pixels, both tools under openpi's transformers: the PaliGemma
+    tokenizer step, image resize with padding, state/action padding (pi05: quantile
+    normalisation) and the flow-matching noise, action for action."""
+    assert_equals_lerobot_eval(pi0_ckpts[ptype], tmp_path, (OPENPI_OVERLAY,), TINY_PI0="1")

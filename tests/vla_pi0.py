@@ -4,7 +4,7 @@ LeRobot 0.4.4's pi0 and pi05 need openpi's patched transformers 4.53 (they impor
 `transformers.models.siglip.check`), which the main venv cannot have: its other VLAs need
 transformers >= 4.57. Every process that builds or loads these policies therefore runs with an
 overlay directory first on PYTHONPATH that holds only the patched `transformers` and a
-`tokenizers` it accepts (pyproject-free, installed with `pip install --target`):
+`tokenizers` it accepts (transformers checks that version at import), installed with `pip install --target`:
 
     .venv/bin/pip install --target OVERLAY --no-deps transformers-openpi==4.53.3 tokenizers==0.21.4
 
@@ -18,7 +18,7 @@ Two things are hard-coded in LeRobot and are worked around here:
   "gemma_2b", so **loading the checkpoint needs the same patch**: in this process wrap the load in
   `with tiny_pi0():`; in another process (lerobot-eval, rollbench workers) put the directory from
   `write_pi0_sitecustomize(dir)` on PYTHONPATH. Without it, `from_pretrained` builds the full
-  3.3B-parameter model and then fails on the state dict.
+  ~3B-parameter model and then fails on the state dict.
 * Tokenizer. The processors load "google/paligemma-3b-pt-224". The builder saves a tiny byte-level
   tokenizer beside the checkpoint (`tokenizer_dir(out)`) and stores its absolute path in
   `policy_preprocessor.json`, so lerobot-eval loads the checkpoint without overrides; the
