@@ -362,3 +362,55 @@ def test_pi0_lockstep_equals_lerobot_eval(pi0_ckpts: dict[str, Path], tmp_path: 
     tokenizer step, image resize with padding, state/action padding (pi05: quantile
     normalisation) and the flow-matching noise, action for action."""
     assert_equals_lerobot_eval(pi0_ckpts[ptype], tmp_path, (OPENPI_OVERLAY,), TINY_PI0="1")
+
+
+@pytest.mark.libero
+@pytest.mark.slow
+@pytest.mark.parametrize("ptype", ["groot", "pi0", "pi05"])
+def test_a_vla_runs_a_libero_episode(ptype: str, tmp_path: Path) -> None:
+    """One short LIBERO episode per VLA type, end to end through `rollbench eval` (SmolVLA's
+    LIBERO episodes are compared with lerobot-eval action for action in test_lerobot_env_parity.py):
+    two 256x256 cameras and the 8-d state through each type's processors, and the task's
+    instruction as its prompt (BenchmarkConfig.policy_task: LIBERO's language, as LeRobot's
+    LiberoEnv gives it)."""
+    from test_lerobot_env_parity import SUITE, gl_backend, needs_libero
+
+    if needs_libero.args[0]:
+        pytest.skip(needs_libero.kwargs["reason"])
+    from conftest import TESTS
+    from rollbench.benchmarks.libero import LiberoConfig, prepare_libero
+
+    bench = LiberoConfig(task=SUITE, task_ids=("0",))
+    prepare_libero(bench.assets())  # sets $LIBERO_CONFIG_PATH, which the subprocesses inherit
+    ckpt, env = tmp_path / ptype, {**OFFLINE, "MUJOCO_GL": gl_backend()}
+    if ptype == "groot":
+        pytest.importorskip("peft", reason="GR00T's Eagle backbone imports peft: make install-dev installs it")
+        from vla_groot import make_groot_checkpoint
+
+        make_groot_checkpoint(ckpt, bench, tmp_path / "home")
+        env["HF_LEROBOT_HOME"] = str(tmp_path / "home")
+    else:
+        if not (OPENPI_OVERLAY / "transformers" / "models" / "siglip" / "check.py").exists():
+            pytest.skip(f"pi0/pi05 need openpi's transformers in {OPENPI_OVERLAY}; run: {OVERLAY_INSTALL}")
+        build = ("import sys; from pathlib import Path; from vla_pi0 import make_pi0_checkpoint; "
+                 "from rollbench.benchmarks.libero import LiberoConfig; "
+                 f"make_pi0_checkpoint(Path(sys.argv[1]), LiberoConfig(task={SUITE!r}, task_ids=('0',)), policy_type={ptype!r})")
+        path = f"{OPENPI_OVERLAY}:{TESTS}"
+        proc = subprocess.run([sys.executable, "-c", build, str(ckpt)], capture_output=True, text=True, timeout=600,
+                              env={**subprocess_env(), **env, "PYTHONPATH": path}, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        hook = tmp_path / "hook"
+        hook.mkdir()
+        (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
+        env.update(PYTHONPATH=f"{OPENPI_OVERLAY}:{hook}:{TESTS}", TINY_PI0="1")
+    out = tmp_path / "run"
+    res = run_subprocess(
+        "eval", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=0", "--env.episode_length=6",
+        f"--policy.path={ckpt}", "--eval.n_episodes=1", "--eval.max_episodes_rendered=0", "--eval.report=false",
+        f"--output_dir={out}", timeout=600, **env,
+    )
+    assert res.rc == 0, res.err[-3000:]
+    (task,) = load_info(out)["per_task"]
+    assert task["metrics"]["n_steps"] == [6] and task["summary"]["n_failed"] == 0
+    instruction = bench.policy_task(bench.tasks()[SUITE][0])
+    assert instruction.startswith("pick up the black bowl") and task["description"] == instruction
