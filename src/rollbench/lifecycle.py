@@ -23,8 +23,8 @@ from typing import Any
 
 from rollbench.config.run import RunConfig
 from rollbench.errors import DiskFull, RollbenchError, RunInterrupted
-from rollbench.executors.base import Executor
-from rollbench.plan import EpisodeUnit, UnitKey, pending, plan_for
+from rollbench.executors.base import Executor, Run
+from rollbench.plan import EpisodeUnit, pending, plan_for
 from rollbench.progress import Progress
 from rollbench.results import eval_info
 from rollbench.results.eval_info import EvalInfo, ExecutionFacts
@@ -34,20 +34,6 @@ from rollbench.results.records import EpisodeRecord
 from rollbench.results.store import prepare, sweep_partial_videos
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Run:
-    """An opened run: what it is, where it writes, and what is left to do."""
-
-    cfg: RunConfig
-    output_dir: Path
-    plan: list[EpisodeUnit]  # the whole run, every shard
-    units: list[EpisodeUnit]  # this run's share of it
-    done_before: frozenset[UnitKey]  # finished in the logs when the run opened
-    todo: list[EpisodeUnit]  # units of the share still to run
-    continuing: bool  # the directory held this run already
-    opened_at: float  # unix time
 
 
 @dataclass(frozen=True)

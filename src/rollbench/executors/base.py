@@ -11,16 +11,30 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, ClassVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
 
 from rollbench.config.run import RunConfig
-from rollbench.plan import EpisodeUnit, shard
+from rollbench.plan import EpisodeUnit, UnitKey, shard
 from rollbench.results.eval_info import ExecutionFacts
 from rollbench.results.merge import Merged
 from rollbench.results.records import EpisodeRecord
 
-if TYPE_CHECKING:
-    from rollbench.lifecycle import Run
+
+@dataclass(frozen=True)
+class Run:
+    """An opened run (`lifecycle.open_run`): what it is, where it writes, and what is left to do;
+    what the lifecycle hands every executor."""
+
+    cfg: RunConfig
+    output_dir: Path
+    plan: list[EpisodeUnit]  # the whole run, every shard
+    units: list[EpisodeUnit]  # this run's share of it
+    done_before: frozenset[UnitKey]  # finished in the logs when the run opened
+    todo: list[EpisodeUnit]  # units of the share still to run
+    continuing: bool  # the directory held this run already
+    opened_at: float  # unix time
 
 
 class Executor(abc.ABC):

@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rollbench import timeline
 from rollbench.config.run import RunConfig
-from rollbench.executors.base import Executor
+from rollbench.executors.base import Executor, Run
 from rollbench.policies.base import Policy
 from rollbench.rendering import apply_backend, choose_backend
 from rollbench.results.eval_info import ExecutionFacts
@@ -25,9 +25,6 @@ from rollbench.results.video import check_encoder
 from rollbench.results.video_cost import warn_if_costly
 from rollbench.scheduler.common import StepContext
 from rollbench.scheduler.decide import Schedule, decide
-
-if TYPE_CHECKING:
-    from rollbench.lifecycle import Run
 
 
 class LocalExecutor(Executor):

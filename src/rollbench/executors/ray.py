@@ -37,11 +37,11 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError, PolicyError, WorkerError
-from rollbench.executors.base import Executor
+from rollbench.executors.base import Executor, Run
 from rollbench.plan import EpisodeUnit
 from rollbench.rendering import choose_backend
 from rollbench.results.eval_info import ExecutionFacts
@@ -50,9 +50,6 @@ from rollbench.scheduler.common import StepContext
 from rollbench.scheduler.continuous import UnitQueue
 from rollbench.scheduler.decide import decide_mode, decide_placement, default_slots, video_plan
 from rollbench.scheduler.pool import retry_or_fail
-
-if TYPE_CHECKING:
-    from rollbench.lifecycle import Run
 
 log = logging.getLogger(__name__)
 

@@ -28,11 +28,11 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError
-from rollbench.executors.base import Executor
+from rollbench.executors.base import Executor, Run
 from rollbench.plan import EpisodeUnit, shard
 from rollbench.rendering import Gpu, assign_gpus, choose_backend, find_gpus
 from rollbench.results.eval_info import ExecutionFacts
@@ -40,9 +40,6 @@ from rollbench.results.log import log_files
 from rollbench.results.merge import Merged
 from rollbench.results.records import EpisodeRecord
 from rollbench.scheduler.common import cpu_count
-
-if TYPE_CHECKING:
-    from rollbench.lifecycle import Run
 
 log = logging.getLogger(__name__)
 
