@@ -15,6 +15,10 @@ class RayConfig:
         "", "a Ray cluster to join (auto: the one `ray start` runs here; HOST:PORT); empty: start a local "
         "instance for this run and shut it down after"
     )
+    connect_timeout_s: float = opt(
+        30.0, "how long to wait for the cluster at --ray.address to answer before giving up in one line "
+        "(ray.init itself retries forever)"
+    )
     actors: int | None = opt(None, "rollout actors (default: the cluster's CPUs / --ray.cpus_per_actor, at most one per unit)")
     cpus_per_actor: float = opt(1.0, "CPUs reserved per actor (each steps its slots and runs the policy in one process)")
     gpus_per_actor: float = opt(0.0, "GPUs reserved per actor; fractions share a GPU (e.g. 0.25: four actors per GPU)")
@@ -30,6 +34,8 @@ class RayConfig:
     )
 
     def __post_init__(self) -> None:
+        if not self.connect_timeout_s > 0:
+            raise ConfigError(f"--ray.connect_timeout_s={self.connect_timeout_s} is not allowed; it must be > 0")
         if self.actors is not None and self.actors < 1:
             raise ConfigError(f"--ray.actors={self.actors} is not allowed; it must be >= 1")
         if not self.cpus_per_actor > 0:

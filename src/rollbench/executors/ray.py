@@ -33,8 +33,10 @@ import logging
 import math
 import os
 import re
+import socket
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -220,6 +222,8 @@ class RayExecutor(Executor):
             raise ConfigError("--workers=auto is for the local executor; with --executor=ray set --ray.actors "
                               "and --ray.cpus_per_actor (rollbench tune does not measure clusters yet)")
         self.ray = _import_ray()
+        if cfg.ray.address and not self.ray.is_initialized():
+            check_reachable(cfg.ray.address, cfg.ray.connect_timeout_s)
         policy = StepContext(cfg.env, cfg.policy, cfg.seed).make_policy()  # a bad policy fails here, before any output
         try:
             if decide_mode(cfg, policy) != "continuous":
@@ -398,6 +402,29 @@ class RayExecutor(Executor):
         self.actors = []
         if self.plan is not None and self.plan.started_cluster:
             self.ray.shutdown()
+
+
+def check_reachable(address: str, timeout_s: float) -> None:
+    """Before `ray.init(address=...)`, which retries an unreachable cluster forever (printing
+    GCS warnings): is anything listening at HOST:PORT? Retried until `timeout_s`, then one line.
+    `auto` and other forms are left to Ray, which fails fast on them."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=max(0.1, min(5.0, deadline - time.monotonic()))):
+                return
+        except OSError as err:
+            if time.monotonic() >= deadline:
+                raise ConfigError(
+                    f"--ray.address={address}: no Ray cluster answers at {host}:{port} within {timeout_s:g} s "
+                    f"({err.strerror or err}); start one there (`ray start --head --port={port}`), fix the address "
+                    f"(auto: the cluster `ray start` runs on this machine; empty: a local one for this run), or "
+                    f"raise --ray.connect_timeout_s"
+                ) from None
+        time.sleep(0.25)
 
 
 def _node_resources(ray: Any) -> list[dict[str, float]]:
