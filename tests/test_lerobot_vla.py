@@ -414,3 +414,20 @@ def test_a_vla_runs_a_libero_episode(ptype: str, tmp_path: Path) -> None:
     assert task["metrics"]["n_steps"] == [6] and task["summary"]["n_failed"] == 0
     instruction = bench.policy_task(bench.tasks()[SUITE][0])
     assert instruction.startswith("pick up the black bowl") and task["description"] == instruction
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ptype", ["pi0", "pi05"])
+def test_pi0_runs_continuous_with_the_episodes_of_lockstep_at_batch_one(pi0_ckpts: dict[str, Path], tmp_path: Path,
+                                                                        ptype: str) -> None:
+    """pi0 and pi05 leave lockstep (a queue and a noise generator per slot, `noise=` per row):
+    continuous in 2 workers at one row per call gives lockstep's episodes at batch 1."""
+    env, _ = recording_env(tmp_path, "unused", (OPENPI_OVERLAY,), TINY_PI0="1")
+    del env["RECORD_ACTIONS"]
+    runs = {}
+    for name, extra in {"lockstep": ("--eval.mode=lockstep", "--eval.batch_size=1"),
+                        "w2": ("--workers=2", "--slots_per_worker=1", "--policy.max_batch_size=1")}.items():
+        rollbench(pi0_ckpts[ptype], tmp_path / name, *extra, env=env)
+        runs[name] = per_episode(tmp_path / name)
+    assert load_info(tmp_path / "w2")["mode"] == "continuous"
+    assert len(runs["lockstep"]) == EPISODES and runs["w2"] == runs["lockstep"]

@@ -49,10 +49,18 @@ INSTALL_HINT = "see docs/lerobot.md (pip install --no-deps lerobot==0.4.4 -r con
 #: - "history" (Diffusion): one history of the last `n_obs_steps` observations and one action
 #:   queue per slot, and one torch generator per episode for the sampler's noise, so a row's
 #:   draws do not depend on which rows share its call.
+#: - "chunk" with per-row noise (SmolVLA, pi0, pi05, `FLOW`): the same queues.
 #: Every other type runs in lockstep with the policy's own `select_action`, exactly as
-#: lerobot-eval runs it: pi0/pi05/smolvla/groot follow the chunk pattern in 0.4.4 but cannot
-#: be built here (their VLM backbones and tokenizers come from the hub), so none is checked.
-PATHS = {"act": "chunk", "diffusion": "history"}
+#: lerobot-eval runs it (GR00T returns its chunk's tail and reads one task per call).
+PATHS = {"act": "chunk", "diffusion": "history", "smolvla": "chunk", "pi0": "chunk", "pi05": "chunk"}
+
+#: flow-matching types: `predict_action_chunk(obs, noise=...)` takes the noise its sampler
+#: starts from, shape (rows, chunk_size, max_action_dim), which LeRobot otherwise draws with
+#: `torch.normal` from the global RNG for the whole batch at once. The chunk path draws each
+#: row's from its own episode's generator (the same call, so one row per call gives
+#: select_action's draws after `torch.manual_seed(batch_seed([seed]))`), which makes a row's
+#: actions independent of its batch-mates.
+FLOW = {"smolvla", "pi0", "pi05"}
 
 #: policy types that bring their own env processors (LeRobot's `make_env_pre_post_processors`
 #: returns the policy's pipelines instead of the env's); rollbench does not apply them yet
@@ -402,7 +410,7 @@ class LeRobotPolicy(Policy):
             self._queues.pop(s, None)
             self._ensemblers.pop(s, None)
             self._history.pop(s, None)
-            if self.path == "history":
+            if self.path == "history" or self.cfg.type in FLOW:
                 # seeded as lockstep seeds a batch of this one episode: at one row per call the
                 # draws are select_action's after `torch.manual_seed(batch_seed([seed]))`
                 self._noise[s] = torch.Generator().manual_seed(batch_seed([episode.seed]))
@@ -441,7 +449,12 @@ class LeRobotPolicy(Policy):
 
         dry = [i for i, s in enumerate(slots) if not self._queues.get(s)]
         if dry:
-            chunk = self.policy.predict_action_chunk(self._inputs(batch, dry))[:, : self.cfg.n_action_steps]
+            kwargs = {}
+            if self.cfg.type in FLOW:
+                shape = (1, self.cfg.chunk_size, self.cfg.max_action_dim)
+                draws = [torch.normal(0.0, 1.0, size=shape, generator=self._noise[slots[i]]) for i in dry]
+                kwargs["noise"] = torch.cat(draws).to(self.device)
+            chunk = self.policy.predict_action_chunk(self._inputs(batch, dry), **kwargs)[:, : self.cfg.n_action_steps]
             for row, i in enumerate(dry):
                 self._queues[slots[i]] = deque(chunk[row])
         return torch.stack([self._queues[s].popleft() for s in slots])
