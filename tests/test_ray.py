@@ -233,15 +233,16 @@ def test_default_actors_fit_node_by_node() -> None:
     assert fitting_actors([{"CPU": 0.5, "GPU": 0.0}], 1.0, 0.0) == 0
 
 
-def test_an_unreachable_cluster_is_one_line_within_the_timeout(cli, tmp_path: Path) -> None:
+def test_an_unreachable_cluster_is_one_line_within_the_timeout(tmp_path: Path) -> None:
     """ray.init retries an address nobody answers at for ever, printing GCS warnings: rollbench
-    asks first, for --ray.connect_timeout_s, then stops in one line before writing anything."""
+    asks first, for --ray.connect_timeout_s, then stops in one line before writing anything. (A
+    process of its own: this module's other tests leave Ray initialised in this one.)"""
     t0 = time.monotonic()
-    res = cli("eval", "--env.type=fake", "--policy.type=random", "--executor=ray", "--ray.address=127.0.0.1:1",
+    res = run_subprocess("eval", "--env.type=fake", "--policy.type=random", "--executor=ray", "--ray.address=127.0.0.1:1",
               "--ray.connect_timeout_s=1.5", f"--output_dir={tmp_path / 'out'}")
     took = time.monotonic() - t0
     assert res.rc == 2, res.err
     errors = [ln for ln in res.err.splitlines() if ln.startswith("rollbench: error:")]
     assert len(errors) == 1 and "no Ray cluster answers at 127.0.0.1:1 within 1.5 s" in errors[0], res.err
-    assert 1.5 <= took < 30, took
+    assert 1.5 <= took < 60, took
     assert not (tmp_path / "out").exists()
