@@ -246,3 +246,19 @@ def test_an_unreachable_cluster_is_one_line_within_the_timeout(tmp_path: Path) -
     assert len(errors) == 1 and "no Ray cluster answers at 127.0.0.1:1 within 1.5 s" in errors[0], res.err
     assert 1.5 <= took < 60, took
     assert not (tmp_path / "out").exists()
+
+
+def test_an_adaptive_ray_run_is_the_fixed_runs_prefix(cli, cluster, tmp_path: Path) -> None:
+    from rollbench.results.adaptive import decide
+    from test_adaptive import ADAPTIVE, BASE, RULE, check_adaptive
+
+    res = run_subprocess(*BASE, "--eval.report=false", f"--output_dir={tmp_path / 'fixed'}")
+    assert res.rc == 0, res.err
+    episodes = per_episode(tmp_path / "fixed")
+    stops = {}
+    for key in {(k[0], k[1]) for k in episodes}:
+        stops[key] = decide(RULE, {k[2]: v[0] for k, v in episodes.items() if (k[0], k[1]) == key}).n_episodes
+    res = cli(*ADAPTIVE, "--executor=ray", "--eval.report=false", f"--output_dir={tmp_path / 'ray'}")
+    assert res.rc == 0, res.err
+    prefix = {k: v for k, v in episodes.items() if k[2] < stops[(k[0], k[1])]}
+    check_adaptive(tmp_path / "ray", {"episodes": episodes, "stops": stops, "prefix": prefix})

@@ -274,6 +274,18 @@ def cmd_check(flags: dict[str, str]) -> int:
     return 2 if hard else 0
 
 
+def adaptive_line(a: dict[str, Any], n_tasks: int) -> str:
+    """What --eval.ci_width did, in one line."""
+    line = (f"adaptive (--eval.ci_width={a['ci_width']}, a look every {a['block']} episodes): "
+            f"{a['tasks_stopped_early']} of {n_tasks} tasks stopped before {a['max_episodes']} episodes, "
+            f"{a['episodes_saved']} of {n_tasks * a['max_episodes']} episodes saved")
+    if a["tasks_running"]:
+        line += f"; {a['tasks_running']} tasks not decided yet"
+    if a["episodes_ran_past_stop"]:
+        line += f"; {a['episodes_ran_past_stop']} finished past their task's stop before it was known (not counted)"
+    return line
+
+
 def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
     from rollbench.lifecycle import run_eval
     from rollbench.results.summary import table
@@ -295,6 +307,8 @@ def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
     info = outcome.info.to_json()
     print(table(info))
     print(f"\n{outcome.ran} episodes run {outcome.how}; {info['status']} results in {outcome.output_dir / 'eval_info.json'}")
+    if "adaptive" in info:
+        print(adaptive_line(info["adaptive"], len(info["per_task"])))
     if outcome.report is not None:
         print(f"report: {outcome.report}")
     if outcome.failed:
@@ -340,6 +354,8 @@ def cmd_merge(positional: list[str], flags: dict[str, str]) -> int:
     info = merge_dir(root, config_from_dict(read_manifest(root))).to_json()
     print(table(info))
     print(f"\nmerged into {root / 'eval_info.json'}: {info['status']}")
+    if "adaptive" in info:
+        print(adaptive_line(info["adaptive"], len(info["per_task"])))
     if info["status"] != "complete":
         missing = info["missing_units"]
         shown = ", ".join(f"{m['task_group']}/{m['task']}#{m['episode_index']}" for m in missing[:10])

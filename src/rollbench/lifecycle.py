@@ -27,8 +27,10 @@ from rollbench.executors.base import Executor, Run
 from rollbench.plan import EpisodeUnit, pending, plan_for
 from rollbench.progress import Progress
 from rollbench.results import eval_info
+from rollbench.results.adaptive import StopRule, Stops
+from rollbench.results.adaptive import apply as apply_stops
 from rollbench.results.eval_info import EvalInfo, ExecutionFacts
-from rollbench.results.log import DISK_FULL, EpisodeLog, read_records, writer_name
+from rollbench.results.log import DISK_FULL, EpisodeLog, LogTail, read_records, writer_name
 from rollbench.results.merge import Merged, merge
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.store import prepare, sweep_partial_videos
@@ -62,26 +64,35 @@ def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) 
     """Prepare (or resume in) the output directory; the units of `units` still to do."""
     output_dir = Path(cfg.output_dir)
     continuing = prepare(output_dir, cfg.identity(), cfg.to_dict(), cfg.resume)
-    done = frozenset(merge(read_records(output_dir), plan).done_keys())
+    merged = merge(read_records(output_dir), plan)
+    done = frozenset(merged.done_keys())
     todo = pending(units, done)
+    rule = StopRule.from_config(cfg.eval)
+    stops = None
+    if rule is not None:
+        # failed units run again, so only finished ones decide; every shard's log is read
+        stops = Stops(rule, (r for r in merged.records.values() if r.ok))
+        todo = [u for u in todo if stops.wanted(u)]
     if continuing:
-        log.info("resuming in %s: %d of %d episodes already done", output_dir, len(units) - len(todo), len(units))
+        log.info("resuming in %s: %d of %d episodes already done", output_dir, sum(u.key in done for u in units), len(units))
         sweep_partial_videos(output_dir)  # left by killed workers; their episodes run again
-    return Run(cfg, output_dir, plan, units, done, todo, continuing, time.time())
+    return Run(cfg, output_dir, plan, units, done, todo, continuing, time.time(), stops)
 
 
 def close_run(
     output_dir: Path, cfg: RunConfig, plan: list[EpisodeUnit], how: ExecutionFacts,
     command: list[str] | None = None, started: float | None = None, recursive: bool = False,
 ) -> tuple[Merged, EvalInfo]:
-    """Merge every log under `output_dir` into one EvalInfo and write it atomically."""
+    """Merge every log under `output_dir` into one EvalInfo and write it atomically; the
+    merged records that count (an adaptive run: each task's prefix, plan included)."""
     merged = merge(read_records(output_dir, recursive=recursive), plan)
     if merged.conflicts:
         log.warning("%d units have conflicting results in the logs; see eval_info.json 'conflicts'", len(merged.conflicts))
     took = time.time() - started if started is not None else None
     info = eval_info.build(merged, cfg, output_dir, how, command, took)
     eval_info.write(output_dir, info)
-    return merged, info
+    rule = StopRule.from_config(cfg.eval)
+    return (merged if rule is None else apply_stops(rule, merged).merged), info
 
 
 def write_report(output_dir: Path) -> Path | None:
@@ -108,7 +119,8 @@ def run_eval(
         ran = _drive(run, executor, progress_stream)
         merged, info = close_run(run.output_dir, cfg, plan, executor.facts(), command, run.opened_at)
         if not executor.logs_itself:
-            lost = [u for u in run.todo if u.key not in merged.records]
+            counted = {u.key for u in merged.plan}
+            lost = [u for u in run.todo if u.key in counted and u.key not in merged.records]
             if lost:
                 raise RollbenchError(f"internal: {len(lost)} units of this run are missing from its log, e.g. {lost[0].label()}")
         problems = executor.finish(run, merged)
@@ -118,7 +130,7 @@ def run_eval(
         raise _disk_full(err, cfg, plan, executor) from err
     finally:
         executor.close()
-    failed = sum(1 for u in run.units if u.key in merged.records and not merged.records[u.key].ok)
+    failed = sum(1 for u in run.units if u.key in merged.records and not merged.records[u.key].ok)  # counted units
     page = write_report(run.output_dir) if cfg.eval.report else None
     return RunOutcome(run.output_dir, info, ran, failed, executor.describe(), problems, page)
 
@@ -138,21 +150,41 @@ def _disk_full(err: OSError, cfg: RunConfig, plan: list[EpisodeUnit], executor: 
 
 
 def _drive(run: Run, executor: Executor, progress_stream: Any) -> int:
-    """Every record the executor yields: logged durably (unless it logs itself), then counted."""
-    progress = Progress(total=len(run.units), already=len(run.units) - len(run.todo), stream=progress_stream)
+    """Every record the executor yields: logged durably (unless it logs itself), then counted.
+
+    An adaptive run (`run.stops`) logs no record past its task's stop (an episode that
+    finished before the stop was known: not counted, not logged) and tells the progress
+    line how many episodes are still wanted. A shard also reads the other shards' logs,
+    so that it stops a task when the shards together have decided it.
+    """
+    stops = run.stops
+    already = sum(1 for u in run.units if u.key in run.done_before and (stops is None or stops.wanted(u)))
+    progress = Progress(total=_wanted(run), already=already, stream=progress_stream, at_most=stops is not None)
     ran = 0
     records: Iterator[EpisodeRecord] = executor.execute(run)
     writer = writer_name(run.cfg.eval.shard_id, run.cfg.eval.num_shards)
+    peers = _Peers(run) if stops is not None and run.cfg.eval.num_shards > 1 and not executor.logs_itself else None
     try:
         if executor.logs_itself:
             for rec in records:
+                if stops is not None and not stops.wanted(rec):
+                    continue
                 ran += 1
+                if stops is not None and stops.observe(rec):
+                    progress.set_total(_wanted(run))
                 progress.update(rec)
         else:
             with EpisodeLog(run.output_dir, writer) as episode_log:
                 for rec in records:
+                    if stops is not None:
+                        if peers is not None and peers.refresh():
+                            progress.set_total(_wanted(run))
+                        if not stops.wanted(rec):
+                            continue  # past its task's stop: cancelled, neither logged nor counted
                     episode_log.append(rec)  # fsync'ed: from here on it counts
                     ran += 1
+                    if stops is not None and stops.observe(rec):
+                        progress.set_total(_wanted(run))
                     progress.update(rec)
     except KeyboardInterrupt:
         executor.stop()
@@ -172,6 +204,32 @@ def _drive(run: Run, executor: Executor, progress_stream: Any) -> int:
         raise
     progress.close()
     return ran
+
+
+def _wanted(run: Run) -> int:
+    """The share's units that count: all of them, less those past their task's stop."""
+    return len(run.units) if run.stops is None else sum(map(run.stops.wanted, run.units))
+
+
+class _Peers:
+    """A shard's view of the other shards' records, read at most every 0.1 s (a few stat and read calls)."""
+
+    def __init__(self, run: Run) -> None:
+        assert run.stops is not None
+        self.stops = run.stops
+        self.tail = LogTail(run.output_dir)
+        self.tail.skip_existing()  # open_run read them
+        self.last = time.monotonic()
+
+    def refresh(self) -> bool:
+        now = time.monotonic()
+        if now - self.last < 0.1:
+            return False
+        self.last = now
+        changed = False
+        for rec in self.tail.new_records():
+            changed |= self.stops.observe(rec)
+        return changed
 
 
 def _close(records: Iterator[EpisodeRecord]) -> None:

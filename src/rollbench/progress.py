@@ -19,8 +19,11 @@ def _fmt_s(s: float) -> str:
 
 
 class Progress:
-    def __init__(self, total: int, already: int = 0, stream: TextIO | None = None, every_s: float = 5.0) -> None:
+    def __init__(
+        self, total: int, already: int = 0, stream: TextIO | None = None, every_s: float = 5.0, at_most: bool = False,
+    ) -> None:
         self.total = total
+        self.at_most = at_most  # adaptive: tasks may stop early, so the total is a bound until they do
         self.done = already
         self.already = already
         self.success = 0
@@ -42,6 +45,10 @@ class Progress:
             self._last = now
             self._draw(now)
 
+    def set_total(self, total: int) -> None:
+        """An adaptive run's task stopped: fewer episodes are left to do."""
+        self.total = total
+
     def line(self, now: float | None = None) -> str:
         elapsed = (now or time.monotonic()) - self.start
         new = self.done - self.already
@@ -50,7 +57,7 @@ class Progress:
         eta = (self.total - self.done) / rate if rate > 0 else None
         succ = f"{100.0 * self.success / finished_ok:.1f}%" if finished_ok else "-"
         parts = [
-            f"episodes {self.done}/{self.total}",
+            f"episodes {self.done}/{'<=' if self.at_most and self.done < self.total else ''}{self.total}",
             f"success {succ}",
             f"{rate:.2f} ep/s",
             f"{self.steps / elapsed:.0f} steps/s" if elapsed > 0 else "",

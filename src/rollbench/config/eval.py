@@ -11,7 +11,14 @@ from rollbench.errors import ConfigError
 
 @dataclass(frozen=True)
 class EvalConfig:
-    n_episodes: int = opt(50, "episodes per task")
+    n_episodes: int = opt(50, "episodes per task (with --eval.ci_width: the most a task runs)")
+    ci_width: float | None = opt(
+        None,
+        "adaptive: a task stops once the 95% Wilson interval of its success rate is at most this wide (e.g. "
+        "0.1 = +-5 points), decided on whole prefixes of episodes, every --eval.ci_block episodes; "
+        "--eval.n_episodes is the maximum (docs/adaptive.md)",
+    )
+    ci_block: int = opt(10, "adaptive: episodes between two looks of --eval.ci_width's rule (and lockstep's default batch)")
     batch_size: int | None = opt(
         None,
         "lockstep mode (lerobot-eval's meaning): envs of one task stepped together per batch "
@@ -60,6 +67,13 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.n_episodes < 1:
             raise ConfigError(f"--eval.n_episodes={self.n_episodes} is not allowed; it must be >= 1")
+        if self.ci_width is not None and not 0 < self.ci_width < 1:
+            raise ConfigError(
+                f"--eval.ci_width={self.ci_width} is not allowed; it must be between 0 and 1 (the width of a 95% "
+                f"interval of the success rate, as a fraction: 0.1 = +-5 points)"
+            )
+        if self.ci_block < 1:
+            raise ConfigError(f"--eval.ci_block={self.ci_block} is not allowed; it must be >= 1")
         if self.batch_size is not None and self.batch_size < 1:
             raise ConfigError(f"--eval.batch_size={self.batch_size} is not allowed; it must be >= 1")
         if self.num_shards < 1:
@@ -90,5 +104,7 @@ class EvalConfig:
 
     @property
     def envs_per_batch(self) -> int:
-        """Lockstep mode: envs per batch (a batch never holds more envs than a task has episodes)."""
-        return min(self.batch_size or 50, self.n_episodes)
+        """Lockstep mode: envs per batch (a batch never holds more envs than a task has episodes).
+        An adaptive run looks every `ci_block` episodes, so its batches default to a block."""
+        default = self.ci_block if self.ci_width is not None else 50
+        return min(self.batch_size or default, self.n_episodes)

@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from rollbench.config.run import RunConfig
 from rollbench.plan import EpisodeUnit, UnitKey, shard
+from rollbench.results.adaptive import Stops
 from rollbench.results.eval_info import ExecutionFacts
 from rollbench.results.merge import Merged
 from rollbench.results.records import EpisodeRecord
@@ -35,6 +36,7 @@ class Run:
     todo: list[EpisodeUnit]  # units of the share still to run
     continuing: bool  # the directory held this run already
     opened_at: float  # unix time
+    stops: Stops | None = None  # --eval.ci_width: what each task's stop rule has decided so far
 
 
 class Executor(abc.ABC):

@@ -74,10 +74,10 @@ class LocalExecutor(Executor):
             from rollbench.scheduler.lockstep import run_lockstep
 
             assert self.policy is not None
-            return run_lockstep(self.ctx, self.policy, run.todo, self.schedule.lockstep_options(self.cfg))
+            return run_lockstep(self.ctx, self.policy, run.todo, self.schedule.lockstep_options(self.cfg), run.stops)
         from rollbench.scheduler.continuous import run_continuous
 
-        return run_continuous(self.ctx, run.todo, self.schedule.pool_options(self.cfg), self.policy)
+        return run_continuous(self.ctx, run.todo, self.schedule.pool_options(self.cfg), self.policy, run.stops)
 
     def facts(self) -> ExecutionFacts:
         assert self.schedule is not None

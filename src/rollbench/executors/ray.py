@@ -288,6 +288,9 @@ class RayExecutor(Executor):
             return retry_or_fail(unit, attempt, max_retries, error, worker, queue.retry)
 
         while len(queue) or suspects or inflight:
+            if run.stops is not None:  # an adaptive run's task stopped: its calls in flight finish, unlogged
+                queue.keep(run.stops.wanted)
+                suspects = [s for s in suspects if run.stops.wanted(s[0])]
             # round-robin, one call per actor per pass, so the first calls spread over all actors
             for level in range(1, IN_FLIGHT + 1):
                 for a in self.actors:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-import json
 import logging
 import os
 import shlex
@@ -36,7 +35,7 @@ from rollbench.executors.base import Executor, Run
 from rollbench.plan import EpisodeUnit, shard
 from rollbench.rendering import Gpu, assign_gpus, choose_backend, find_gpus
 from rollbench.results.eval_info import ExecutionFacts
-from rollbench.results.log import log_files
+from rollbench.results.log import LogTail
 from rollbench.results.merge import Merged
 from rollbench.results.records import EpisodeRecord
 from rollbench.scheduler.common import cpu_count
@@ -109,37 +108,6 @@ def _die_with_parent() -> None:
 
 
 # -- watching ---------------------------------------------------------------------------
-
-
-class LogTail:
-    """Reads the complete new lines of every episode log since the last call."""
-
-    def __init__(self, output_dir: Path) -> None:
-        self.output_dir = output_dir
-        self.offsets: dict[Path, int] = {}
-
-    def skip_existing(self) -> None:
-        for path in log_files(self.output_dir):
-            self.offsets[path] = path.stat().st_size
-
-    def new_records(self) -> list[EpisodeRecord]:
-        out = []
-        for path in log_files(self.output_dir):
-            start = self.offsets.get(path, 0)
-            try:
-                with open(path, "rb") as fh:
-                    fh.seek(start)
-                    chunk = fh.read()
-            except OSError:
-                continue
-            end = chunk.rfind(b"\n") + 1  # a line still being written waits for the next poll
-            self.offsets[path] = start + end
-            for line in chunk[:end].split(b"\n"):
-                try:
-                    out.append(EpisodeRecord.from_json(json.loads(line)))
-                except (ValueError, TypeError):
-                    continue  # blank, or a torn line from an earlier crash
-        return out
 
 
 @dataclass
@@ -303,7 +271,8 @@ class LocalShardsExecutor(Executor):
         reflect other shards' failures already in the shared log."""
         cfg, n = run.cfg, run.cfg.eval.num_shards
         done = merged.done_keys()
-        short = {k: sum(u.key not in done for u in shard(run.plan, k, n)) for k in range(n)}
+        counted = {u.key for u in merged.plan}  # an adaptive run: the units before each task's stop
+        short = {k: sum(u.key not in done and u.key in counted for u in shard(run.plan, k, n)) for k in range(n)}
         rerun = [s for s in self.shards if short[s.shard_id]]
         problems = [
             f"shard {s.shard_id} failed ({s.describe_rc()}; {short[s.shard_id]} of its episodes missing or failed); "

@@ -7,18 +7,29 @@ from typing import Any
 
 import numpy as np
 
+from rollbench.errors import ConfigError
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext
 
 
 class ExpertPolicy(Policy):
-    """Per-row scripted actions; the expert of each slot's task is looked up at reset."""
+    """Per-row scripted actions; the expert of each slot's task is looked up at reset.
+
+    `--policy.action_noise=S` degrades it: Gaussian noise of standard deviation S (in the
+    action space's units) on every action, clipped to the space, drawn from one generator
+    per episode seeded by the episode's seed, so a noisy episode still does not depend on
+    its slot, batch or worker (a second policy to compare against, e.g. docs/compare.md).
+    """
 
     cheap = True
+    accepts_options = True
 
     def __init__(self, ctx: PolicyContext) -> None:
         self._benchmark = ctx.benchmark
         self._experts: dict[str, Callable[[dict[str, Any]], np.ndarray]] = {}
         self._slot_task: dict[int, str] = {}
+        self._noise = _noise(ctx.config.options)
+        self._space = ctx.action_space
+        self._rngs: dict[int, np.random.Generator] = {}
         # fail when the policy is built (before any output is written), not at the first
         # reset; cheaply: in worker placement this probe never acts, and importing the
         # simulator here would only slow the start (~1 s for metaworld)
@@ -33,10 +44,31 @@ class ExpertPolicy(Policy):
         for slot, ep in zip(slots, episodes, strict=True):
             self._expert(ep.task)  # fail at reset, not mid-episode, if there is none
             self._slot_task[slot] = ep.task
+            if self._noise:
+                self._rngs[slot] = np.random.default_rng([ep.seed, 0x4E4F495345])  # apart from the env's own seed
 
     def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
         keys = [k for k in batch if k != "task"]
         rows = []
         for i, slot in enumerate(slots):
-            rows.append(self._expert(self._slot_task[slot])({k: batch[k][i] for k in keys}))
+            action = self._expert(self._slot_task[slot])({k: batch[k][i] for k in keys})
+            if self._noise:
+                noisy = action + self._rngs[slot].normal(0.0, self._noise, np.shape(action))
+                action = np.clip(noisy, self._space.low, self._space.high).astype(np.asarray(action).dtype)
+            rows.append(action)
         return np.stack(rows)
+
+
+def _noise(options: Mapping[str, str]) -> float:
+    for key in options:
+        if key != "action_noise":
+            raise ConfigError(f"unknown flag --policy.{key} for --policy.type=expert; it takes --policy.action_noise=STD")
+    raw = options.get("action_noise", "0")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value != value or value == float("inf"):
+        raise ConfigError(f"--policy.action_noise={raw} is not allowed; it must be a number >= 0 (the standard "
+                          f"deviation of Gaussian noise added to every action)")
+    return value

@@ -204,3 +204,48 @@ def differences(rows: Sequence[Difference]) -> str:
         ax.set_xlabel("B - A, success percentage points (95% Newcombe interval)")
         ax.grid(axis="x", alpha=0.3)
     return to_svg(fig)
+
+
+@dataclass(frozen=True)
+class Narrowing:
+    name: str
+    successes: Sequence[bool]  # the counted episodes, in episode order
+    looks: Sequence[int]  # prefix lengths the stop rule looked at
+    stopped_at: int | None  # where the task stopped (None: not decided)
+    reason: str
+
+
+def narrowing(tasks: Sequence[Narrowing], ci_width: float, max_episodes: int, columns: int = 5) -> str:
+    """Adaptive runs: each task's 95% Wilson interval after each look of the stop rule, and
+    where the task stopped (small multiples on shared axes)."""
+    import matplotlib
+
+    rows = -(-len(tasks) // columns)
+    cols = min(columns, len(tasks))
+    fig = _figure(0.7 + 1.45 * rows, left=0.55, width=min(7.0, 1.2 + 1.45 * cols))
+    with matplotlib.rc_context(_RC):
+        axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
+        for ax in axes.flat[len(tasks):]:
+            ax.set_visible(False)
+        for ax, t in zip(axes.flat, tasks, strict=False):
+            ks = [k for k in t.looks if k <= len(t.successes)]
+            cum = np.cumsum(np.asarray(t.successes, dtype=float))
+            bounds = [wilson(int(cum[k - 1]), k) or (0.0, 1.0) for k in ks]
+            lo = [100 * b[0] for b in bounds]
+            hi = [100 * b[1] for b in bounds]
+            ax.fill_between(ks, lo, hi, color=ACCENT, alpha=0.25, linewidth=0)
+            ax.vlines(ks, lo, hi, color=ACCENT, linewidth=1.5)  # a task stopped at its first look has no band
+            ax.plot(ks, [100 * cum[k - 1] / k for k in ks], color=ACCENT, marker=".", markersize=3, linewidth=1)
+            if t.stopped_at is not None:
+                color = SUCCESS if t.reason == "ci_width" else NEUTRAL
+                ax.axvline(t.stopped_at, color=color, linestyle="--", linewidth=1)
+            ax.set_title(t.name if len(t.name) <= 22 else t.name[:21] + "…", fontsize=8)
+            ax.set_xlim(0, max_episodes)
+            ax.set_ylim(0, 100)
+            ax.grid(alpha=0.3)
+        for ax in axes[-1]:
+            ax.set_xlabel("episodes")
+        for ax in axes[:, 0]:
+            ax.set_ylabel("success %")
+        fig.subplots_adjust(hspace=0.45, wspace=0.15, top=1 - 0.3 / (0.7 + 1.45 * rows))
+    return to_svg(fig)

@@ -100,6 +100,29 @@ def _tasks(run: Run) -> Iterator[str]:
     yield table(("task", "episodes", "success", "95% CI", "mean length", "failed"), rows)
 
 
+def _adaptive(run: Run) -> Iterator[str]:
+    """An adaptive run (--eval.ci_width): how each task's interval narrowed, where it stopped."""
+    a = run.info.get("adaptive")
+    if not isinstance(a, dict):
+        return
+    from rollbench.results.adaptive import StopRule
+
+    rule = StopRule(float(a["ci_width"]), int(a["block"]), int(a["max_episodes"]))
+    stops = {(t["task_group"], t["task_id"]): t.get("stop") or {} for t in run.info.get("per_task") or []}
+    yield "<h2>Adaptive stopping</h2>"
+    yield (f'<p class="muted">Each task stopped at the first look (every {rule.block} episodes) whose whole prefix '
+           f"of episodes had a 95% Wilson interval at most {100 * rule.ci_width:g} points wide, or at "
+           f"{rule.max_episodes} episodes; {a['episodes_saved']} of {rule.max_episodes * len(stops)} episodes saved. "
+           "Band: the interval after each look; dashed line: the stop (green: target met, grey: the maximum).</p>")
+    tasks = []
+    for t in run.tasks.values():
+        stop = stops.get(t.key) or {}
+        tasks.append(plots.Narrowing(t.name, [e.success for e in sorted(t.episodes, key=lambda e: e.index)],
+                                     rule.checkpoints(), stop.get("n_episodes"), str(stop.get("reason"))))
+    if tasks:
+        yield plots.narrowing(tasks, rule.ci_width, rule.max_episodes)
+
+
 def _lengths(run: Run) -> Iterator[str]:
     yield "<h2>Episode lengths</h2>"
     finished = [e for t in run.tasks.values() for e in t.episodes]
@@ -189,7 +212,7 @@ def _videos_flag(value: str) -> int:
 def render(run: Run, out: Path, videos_per_task: int = VIDEOS_PER_TASK) -> str:
     """The page's HTML for `run`, with video paths relative to `out`'s directory."""
     body = [
-        *_summary(run), *_tasks(run), *_lengths(run), *_throughput(run),
+        *_summary(run), *_tasks(run), *_adaptive(run), *_lengths(run), *_throughput(run),
         *_videos(run, out.parent, videos_per_task), *_failed(run), *_reproduce(run),
     ]
     return page(f"rollbench report: {run.describe()}", body)

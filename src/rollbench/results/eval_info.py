@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rollbench.results import adaptive
 from rollbench.results.merge import Merged
 from rollbench.results.store import EVAL_INFO, write_json_atomic
+from rollbench.results.summary import busy_seconds
 from rollbench.results.summary import eval_info as summarize
 
 if TYPE_CHECKING:
@@ -97,7 +99,31 @@ def build(
     command: list[str] | None = None, this_run_s: float | None = None,
 ) -> EvalInfo:
     descriptions = {u.task: cfg.env.task_description(u.task) for u in merged.plan}
-    return EvalInfo(summarize(merged, descriptions, root), cfg.to_dict(), versions(cfg), how, command, this_run_s)
+    rule = adaptive.StopRule.from_config(cfg.eval)
+    if rule is None:
+        return EvalInfo(summarize(merged, descriptions, root), cfg.to_dict(), versions(cfg), how, command, this_run_s)
+    return EvalInfo(_adaptive_body(rule, merged, descriptions, root), cfg.to_dict(), versions(cfg), how, command, this_run_s)
+
+
+def _adaptive_body(rule: adaptive.StopRule, merged: Merged, descriptions: dict[str, str], root: Path) -> dict[str, Any]:
+    """Only each task's counted prefix, with why it stopped; the time of every episode run."""
+    applied = adaptive.apply(rule, merged)
+    body = summarize(applied.merged, descriptions, root)
+    for entry in body["per_task"]:
+        key = (entry["task_group"], entry["task_id"])
+        entry["stop"] = adaptive.stop_json(rule, applied.stops[key], applied.past_stop.get(key, 0))
+    eval_s = busy_seconds(list(merged.records.values()))  # episodes past a stop took time too
+    body["overall"]["eval_s"] = eval_s
+    body["overall"]["eval_ep_s"] = eval_s / max(1, body["overall"]["n_episodes"])
+    stops = applied.stops.values()
+    body["adaptive"] = {
+        **rule.to_json(),
+        "tasks_stopped_early": sum(s.reason == "ci_width" and (s.n_episodes or 0) < rule.max_episodes for s in stops),
+        "tasks_running": sum(s.reason == "running" for s in stops),
+        "episodes_saved": sum(rule.max_episodes - s.n_episodes for s in stops if s.n_episodes is not None),
+        "episodes_ran_past_stop": sum(applied.past_stop.values()),
+    }
+    return body
 
 
 def write(root: Path, info: EvalInfo) -> Path:

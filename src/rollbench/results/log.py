@@ -143,3 +143,34 @@ def read_records(root: str | Path, recursive: bool = False) -> list[EpisodeRecor
     for path in log_files(root, recursive):
         out.extend(read_file(path))
     return out
+
+
+class LogTail:
+    """Reads the complete new lines of every episode log since the last call."""
+
+    def __init__(self, output_dir: Path) -> None:
+        self.output_dir = output_dir
+        self.offsets: dict[Path, int] = {}
+
+    def skip_existing(self) -> None:
+        for path in log_files(self.output_dir):
+            self.offsets[path] = path.stat().st_size
+
+    def new_records(self) -> list[EpisodeRecord]:
+        out = []
+        for path in log_files(self.output_dir):
+            start = self.offsets.get(path, 0)
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(start)
+                    chunk = fh.read()
+            except OSError:
+                continue
+            end = chunk.rfind(b"\n") + 1  # a line still being written waits for the next poll
+            self.offsets[path] = start + end
+            for line in chunk[:end].split(b"\n"):
+                try:
+                    out.append(EpisodeRecord.from_json(json.loads(line)))
+                except (ValueError, TypeError):
+                    continue  # blank, or a torn line from an earlier crash
+        return out

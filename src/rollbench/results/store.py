@@ -91,9 +91,11 @@ def prepare(output_dir: Path, identity: dict[str, Any], config: dict[str, Any], 
     manifest = output_dir / MANIFEST
     episodes = output_dir / EPISODES_DIR
     continuing = False
+    stop_rule_changed = False
     if manifest.exists() and resume:
         try:
-            old = json.loads(manifest.read_text())["identity"]
+            stored = json.loads(manifest.read_text())
+            old = stored["identity"]
         except (OSError, ValueError, KeyError) as err:
             raise ConfigError(f"--output_dir={str(output_dir)!r}: cannot read {MANIFEST} ({err}); use a fresh directory or --resume=false") from None
         diffs = _diff(old, identity)
@@ -104,9 +106,12 @@ def prepare(output_dir: Path, identity: dict[str, Any], config: dict[str, Any], 
                 + f"). {_moved_commit_hint(old, identity)}Use another --output_dir, or --resume=false to start over."
             )
         continuing = True
+        # the stop rule is no part of the identity (it changes no episode), but `merge` reads it from here
+        before = (stored.get("config") or {}).get("eval") or {}
+        stop_rule_changed = any(before.get(k) != (config.get("eval") or {}).get(k) for k in ("ci_width", "ci_block"))
     elif not resume and episodes.exists():
         episodes.rename(output_dir / f".episodes-discarded-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
-    if not continuing or not manifest.exists():
+    if not continuing or not manifest.exists() or stop_rule_changed:
         write_json_atomic(manifest, {"identity": identity, "config": config})
     return continuing
 

@@ -21,13 +21,14 @@ import contextlib
 import os
 import sys
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
+from rollbench.results.adaptive import Stops
 from rollbench.results.records import EpisodeRecord
 from rollbench.scheduler.common import StepContext, act_surviving, cpu_count, driver_threads
 from rollbench.scheduler.pool import PoolOptions, WorkerHandle, WorkerPool, flat_layout, retry_or_fail
@@ -72,6 +73,13 @@ class UnitQueue:
     def has(self, task: str) -> bool:
         return bool(self.by_task.get(task))
 
+    def keep(self, wanted: Callable[[EpisodeUnit], bool]) -> None:
+        """Forget the pending units that are no longer wanted (an adaptive run's task stopped)."""
+        for task, q in self.by_task.items():
+            kept = deque(item for item in q if wanted(item[0]))
+            self.n -= len(q) - len(kept)
+            self.by_task[task] = kept
+
 
 def _rows(batch: Any, lo: int, hi: int) -> Any:
     if isinstance(batch, dict):
@@ -86,7 +94,10 @@ def _concat(parts: list[Any]) -> Any:
 
 
 class ContinuousScheduler(WorkerPool):
-    def __init__(self, ctx: StepContext, units: list[EpisodeUnit], opts: PoolOptions, policy: Policy | None) -> None:
+    def __init__(
+        self, ctx: StepContext, units: list[EpisodeUnit], opts: PoolOptions, policy: Policy | None,
+        stops: Stops | None = None,
+    ) -> None:
         if (opts.placement == "driver") != (policy is not None):
             raise ValueError("continuous scheduler: driver placement takes the driver's policy, worker placement none")
         super().__init__(ctx, opts, flat_layout(ctx, {u.task for u in units}))
@@ -94,6 +105,9 @@ class ContinuousScheduler(WorkerPool):
         self.n_slots_total = opts.workers * opts.slots_per_worker
         self.policy = policy
         self.open_tasks = {u.task for u in units}
+        self.stops = stops
+        self.stops_seen = stops.version if stops is not None else 0
+        self.cancelling: set[Any] = set()  # unit keys a cancel was sent for
 
     # -- bookkeeping -----------------------------------------------------------------
     def _fill(self, w: WorkerHandle) -> None:
@@ -154,6 +168,9 @@ class ContinuousScheduler(WorkerPool):
         for event in report.events:
             if event[0] == "started":
                 w.started[event[1]] = True
+            elif event[0] == "cancelled":
+                self._cancelled(w, event[1], event[2])
+                ended = True
             elif event[0] == "record":
                 i, rec = event[1], event[2]
                 unit, _ = w.slots[i].popleft()
@@ -185,6 +202,30 @@ class ContinuousScheduler(WorkerPool):
             yield from self._give_up_or_retry(unit, attempt, loss.error(unit), f"w{w.index}")
         for _, unit, attempt in loss.interrupted:
             self.queue.retry(unit, attempt)
+
+    def _prune(self) -> None:
+        """An adaptive run's task stopped (`stops` changed): forget its queued units past the
+        stop, and cancel those the workers hold, running ones included."""
+        stops = self.stops
+        if stops is None or stops.version == self.stops_seen:
+            return
+        self.stops_seen = stops.version
+        self.queue.keep(stops.wanted)
+        for w in self.workers:
+            keys = [u.key for q in w.slots for u, _ in q if not stops.wanted(u) and u.key not in self.cancelling]
+            if keys:
+                self.cancelling.update(keys)
+                self.send(w, ("cancel", keys))
+        self._close_finished_tasks()
+
+    def _cancelled(self, w: WorkerHandle, i: int, key: Any) -> None:
+        q = w.slots[i]
+        for j, (unit, _) in enumerate(q):
+            if unit.key == key:
+                del q[j]
+                if j == 0:
+                    w.started[i] = False
+                return
 
     def _close_finished_tasks(self) -> None:
         for task in list(self.open_tasks):
@@ -220,6 +261,7 @@ class ContinuousScheduler(WorkerPool):
                 elif msg[0] == "lost":
                     yield from self._lost(w, msg[1])
                     w = self.workers[w.index]
+                self._prune()
                 self._fill(w)
 
     def _run_driver_placement(self) -> Iterator[EpisodeRecord]:
@@ -234,6 +276,7 @@ class ContinuousScheduler(WorkerPool):
                 self._infer_and_send([self.workers[i] for i in group])
 
     def _send_step(self, w: WorkerHandle, actions: dict[int, Any]) -> None:
+        self._prune()
         self._fill(w)
         if actions or any(w.slots):
             self.send(w, ("step", actions))
@@ -320,6 +363,7 @@ def _torch_threads(n: int) -> Iterator[None]:
 
 def run_continuous(
     ctx: StepContext, units: list[EpisodeUnit], opts: PoolOptions, policy: Policy | None = None,
+    stops: Stops | None = None,
 ) -> Iterator[EpisodeRecord]:
     """Run `units` on a pool of `opts.workers` workers; yield each record as its episode ends.
 
@@ -328,4 +372,4 @@ def run_continuous(
     """
     if not units:
         return iter(())
-    return ContinuousScheduler(ctx, units, opts, policy).run()
+    return ContinuousScheduler(ctx, units, opts, policy, stops).run()

@@ -34,6 +34,7 @@ from rollbench.config.env import set_episode_index
 from rollbench.errors import EpisodesLost
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
+from rollbench.results.adaptive import Stops
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.video import VideoRecorder
 from rollbench.rollout import EpisodeTracker, VideoPlan, grab_frame, split_vector_info
@@ -60,7 +61,7 @@ def _by_task(units: Sequence[EpisodeUnit]) -> Iterator[list[EpisodeUnit]]:
 
 
 def run_lockstep(
-    ctx: StepContext, policy: Policy, units: Sequence[EpisodeUnit], opts: LockstepOptions,
+    ctx: StepContext, policy: Policy, units: Sequence[EpisodeUnit], opts: LockstepOptions, stops: Stops | None = None,
 ) -> Iterator[EpisodeRecord]:
     """Run `units` (in plan order) with `policy`; yield each record as its episode ends.
 
@@ -72,7 +73,7 @@ def run_lockstep(
     steps wait on pipes.
     """
     filmed_here = opts.video is not None and opts.pool is None  # env workers film their own episodes
-    run = _Lockstep(ctx, opts, _Recording(opts.video, VideoRecorder()) if filmed_here and opts.video else None)
+    run = _Lockstep(ctx, opts, _Recording(opts.video, VideoRecorder()) if filmed_here and opts.video else None, stops)
     if opts.pool is not None:
         run.layout = flat_layout(ctx, {u.task for u in units})
     tasks = list(_by_task(units))
@@ -121,6 +122,7 @@ class _Lockstep:
     ctx: StepContext
     opts: LockstepOptions
     rec: _Recording | None  # videos of same-process batches (env workers film their own)
+    stops: Stops | None = None  # an adaptive run: a batch holds only units still wanted
     layout: Any = None  # env workers: the observation layout of every task
 
     @contextlib.contextmanager
@@ -130,6 +132,7 @@ class _Lockstep:
             yield None
             return
         pool = LockstepPool(self.ctx, self.opts.pool, self.layout, f"t{runner}-" if runner else "")
+        pool.stops = self.stops
         try:
             pool.start()
             yield pool
@@ -146,11 +149,16 @@ class _Lockstep:
             yield from pool.run_task(policy, task_units, n_envs, slot_base, stop)
             return
         vec = self.ctx.benchmark.make_vector_env(task_units[0].task, n_envs, self.opts.use_async_envs)
+        left = list(task_units)
         try:
-            for start in range(0, len(task_units), n_envs):
+            while left:
                 if stop is not None and stop.is_set():
                     return
-                yield from self.batch(policy, vec, task_units[start : start + n_envs], n_envs, slot_base)
+                if self.stops is not None:  # the batches before may have stopped the task
+                    left = [u for u in left if self.stops.wanted(u)]
+                chunk, left = left[:n_envs], left[n_envs:]
+                if chunk:
+                    yield from self.batch(policy, vec, chunk, n_envs, slot_base)
         finally:
             vec.close()
 
@@ -257,6 +265,8 @@ class LockstepPool(WorkerPool):
     later batch of the same task (`run_task`), after its other batches.
     """
 
+    stops: Stops | None = None  # an adaptive run: a batch holds only units still wanted
+
     def run_task(
         self, policy: Policy, units: list[EpisodeUnit], n_envs: int, slot_base: int, stop: threading.Event | None,
     ) -> Iterator[EpisodeRecord]:
@@ -264,6 +274,10 @@ class LockstepPool(WorkerPool):
         while todo:
             if stop is not None and stop.is_set():
                 return
+            if self.stops is not None:  # the batches before may have stopped the task
+                todo = deque(item for item in todo if self.stops.wanted(item[0]))
+                if not todo:
+                    break
             chunk = [todo.popleft() for _ in range(min(n_envs, len(todo)))]
             again: list[tuple[EpisodeUnit, int]] = []
             yield from self._batch(policy, chunk, n_envs, slot_base, again)

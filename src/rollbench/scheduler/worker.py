@@ -7,6 +7,9 @@ Messages from the driver (a `multiprocessing` pipe):
     ("close_task", task)                        no unit of `task` is left: free its envs
     ("abandon", [(slot, why), ...])             the policy lost those slots' episodes: end them
                                                 as errors (reported with the next step's reply)
+    ("cancel", [unit key, ...])                 those units are no longer wanted (an adaptive
+                                                run's task stopped): drop them, queued or running,
+                                                each reported as ("cancelled", slot, key)
     ("stop",)
 
 Replies: ("stepped", Report) in driver placement; ("report", Report) whenever episodes end
@@ -68,6 +71,7 @@ class Report:
     """What happened in the worker since its last report, in the order it happened.
 
     events: ("record", slot, EpisodeRecord) | ("error", SlotError) | ("started", slot, unit)
+            | ("cancelled", slot, unit key)
     """
 
     events: list[tuple[Any, ...]] = field(default_factory=list)
@@ -162,6 +166,20 @@ class Worker:
         if slot.video_key is not None and self.videos is not None:
             self.videos.drop(slot.video_key)
             slot.video_key = None
+
+    def _cancel(self, keys: set[Any], report: Report) -> None:
+        """Drop the units of `keys` from every slot, the running episode too (its env stays)."""
+        for i, slot in enumerate(self.slots):
+            for unit, attempt in list(slot.queue):
+                if unit.key in keys:
+                    slot.queue.remove((unit, attempt))
+                    report.events.append(("cancelled", i, unit.key))
+            if slot.tracker is not None and slot.tracker.unit.key in keys:
+                report.events.append(("cancelled", i, slot.tracker.unit.key))
+                slot.tracker = None
+                if slot.video_key is not None and self.videos is not None:
+                    self.videos.drop(slot.video_key)
+                    slot.video_key = None
 
     def _start(self, i: int, report: Report) -> None:
         """Reset slot i into its next queued unit (task affinity: reuse its env if same task)."""
@@ -271,10 +289,13 @@ class Worker:
         elif kind == "abandon":
             for i, why in msg[1]:
                 self._abandon(i, why, self._pending)
+        elif kind == "cancel":
+            self._cancel(set(msg[1]), self._pending)
         elif kind == "step":
             report, self._pending = self._pending, Report()
             for i, action in msg[1].items():
-                self._step(i, action, report)
+                if self.slots[i].tracker is not None:  # not cancelled since the action was computed
+                    self._step(i, action, report)
             for i in range(len(self.slots)):
                 self._start(i, report)
             self._publish(report)
@@ -291,14 +312,14 @@ class Worker:
         assert self.ctx is not None and self.policy is not None
         layout = self.spec.layout
         while True:
-            if not self._running() and not any(s.queue for s in self.slots):
+            if not self._running() and not any(s.queue for s in self.slots) and not self._pending:
                 if not self.handle(self.conn.recv()):
                     return
                 continue
             while self.conn.poll():
                 if not self.handle(self.conn.recv()):
                     return
-            report = Report()
+            report, self._pending = self._pending, Report()  # cancelled units, say
             for i in range(len(self.slots)):
                 self._start(i, report)
             started = report.started()

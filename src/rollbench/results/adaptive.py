@@ -1,0 +1,184 @@
+"""Adaptive evaluation: a task stops once its success rate is known to `--eval.ci_width`.
+
+    records ──▶ Stops.observe ──▶ per task: the prefix 0..k-1 that counts, once decided
+                     │                     (k: the first multiple of the block whose whole
+                     │                      prefix has finished with a 95% Wilson interval
+                     │                      at most ci_width wide; else n_episodes)
+                     ├──▶ the lifecycle logs no record past its task's stop
+                     └──▶ schedulers drop, or cancel, the units past it (`wanted`)
+    close: apply(merged) ──▶ only each task's prefix counts; why it stopped, what it saved
+
+The decision is a function of the per-episode results of whole prefixes of episode
+indices, never of the order in which episodes finished. Since every episode is a function
+of its (task, index, seed), the stop, and so the result, is the same for any workers,
+batch size, shard split, executor or resume point: only the work done past the stop (and
+then thrown away) differs. A failed unit (a crashed worker, after its retries) counts as
+finished for the prefix but gives no datum, as in the rates.
+
+The rule is not part of a run's identity (it changes no episode): a finished run resumed
+with a smaller `--eval.ci_width` runs only the episodes the tighter target needs.
+
+A caveat said in docs/adaptive.md: the interval reported is the fixed-n Wilson interval
+of the prefix. Stopping on its width (not on the rate) barely moves its coverage, but the
+rule stops earlier at rates near 0 or 1, where intervals are narrow.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from rollbench.plan import EpisodeUnit
+from rollbench.results.merge import Merged
+from rollbench.results.records import EpisodeRecord
+from rollbench.results.summary import wilson
+
+if TYPE_CHECKING:
+    from rollbench.config.eval import EvalConfig
+
+TaskKey = tuple[str, int]  # (task_group, task_id)
+Reason = Literal["ci_width", "max_episodes", "running"]
+
+
+@dataclass(frozen=True)
+class StopRule:
+    ci_width: float  # a task stops once its 95% Wilson interval is at most this wide
+    block: int  # ... checked after every `block` episodes of its prefix
+    max_episodes: int  # --eval.n_episodes
+
+    @classmethod
+    def from_config(cls, ev: EvalConfig) -> StopRule | None:
+        return None if ev.ci_width is None else cls(ev.ci_width, ev.ci_block, ev.n_episodes)
+
+    def checkpoints(self) -> list[int]:
+        """Prefix lengths at which the rule looks: every block, and the maximum."""
+        return sorted({*range(self.block, self.max_episodes, self.block), self.max_episodes})
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ci_width": self.ci_width, "block": self.block, "max_episodes": self.max_episodes}
+
+
+@dataclass(frozen=True)
+class TaskStop:
+    """Where one task's rule stands: `n_episodes` counts once `reason` is not "running"."""
+
+    n_episodes: int | None  # the prefix that counts (None while running)
+    reason: Reason
+    width: float | None  # the Wilson interval's width (fraction) at the last prefix looked at
+    looked_at: int  # the longest finished prefix the rule has looked at (0: none yet)
+
+
+def width(k: int, n: int) -> float | None:
+    ci = wilson(k, n)
+    return None if ci is None else ci[1] - ci[0]
+
+
+def decide(rule: StopRule, outcomes: Mapping[int, bool | None]) -> TaskStop:
+    """`outcomes`: episode index -> success (True/False), None for a failed unit; indices
+    absent have not finished. The first checkpoint whose whole prefix has finished with an
+    interval at most `ci_width` wide is the stop; the maximum stops it in any case."""
+    last_w: float | None = None
+    looked = 0
+    k_succ = n_ok = 0
+    for k in rule.checkpoints():
+        for i in range(looked, k):
+            if i not in outcomes:
+                return TaskStop(None, "running", last_w, looked)
+            out = outcomes[i]
+            if out is not None:
+                n_ok += 1
+                k_succ += bool(out)
+        looked = k
+        last_w = width(k_succ, n_ok)
+        if last_w is not None and last_w <= rule.ci_width:
+            return TaskStop(k, "ci_width", last_w, k)
+    return TaskStop(rule.max_episodes, "max_episodes", last_w, looked)
+
+
+class Stops:
+    """The live decisions of a run: fed every record that counts (or, for shards, that
+    another process logged), asked by the lifecycle and the schedulers what is still wanted.
+
+    `version` grows whenever a task's stop is decided, so a scheduler notices it with one
+    integer comparison per loop.
+    """
+
+    def __init__(self, rule: StopRule, records: Iterable[EpisodeRecord] = ()) -> None:
+        self.rule = rule
+        self.outcomes: dict[TaskKey, dict[int, bool | None]] = defaultdict(dict)
+        self.cutoffs: dict[TaskKey, int] = {}
+        self.version = 0
+        for rec in records:
+            self.observe(rec)
+
+    def observe(self, rec: EpisodeRecord) -> bool:
+        """Take one finished unit; True when it decided its task's stop."""
+        key = (rec.task_group, rec.task_id)
+        if key in self.cutoffs:
+            return False
+        seen = self.outcomes[key]
+        if rec.episode_index in seen and (seen[rec.episode_index] is not None or not rec.ok):
+            return False  # a duplicate, or a failure of a unit that has finished
+        seen[rec.episode_index] = rec.success if rec.ok else None
+        stop = decide(self.rule, seen)
+        if stop.n_episodes is None:
+            return False
+        self.cutoffs[key] = stop.n_episodes
+        self.version += 1
+        return True
+
+    def wanted(self, unit: EpisodeUnit | EpisodeRecord) -> bool:
+        """Whether the unit still counts: its task has not stopped before its index."""
+        cut = self.cutoffs.get((unit.task_group, unit.task_id))
+        return cut is None or unit.episode_index < cut
+
+    def decided(self, key: TaskKey) -> bool:
+        return key in self.cutoffs
+
+
+@dataclass(frozen=True)
+class Applied:
+    merged: Merged  # only each task's counted prefix (plan and records)
+    stops: dict[TaskKey, TaskStop]
+    past_stop: dict[TaskKey, int]  # episodes logged past the stop (finished before it was known): not counted
+
+
+def apply(rule: StopRule, merged: Merged) -> Applied:
+    """What counts of a merged run under `rule`: each task's decided prefix (all of it while
+    the task has not stopped: a partial run shows what it has)."""
+    outcomes: dict[TaskKey, dict[int, bool | None]] = defaultdict(dict)
+    for rec in merged.records.values():
+        outcomes[(rec.task_group, rec.task_id)][rec.episode_index] = rec.success if rec.ok else None
+    keys = list(dict.fromkeys((u.task_group, u.task_id) for u in merged.plan))
+    stops = {key: decide(rule, outcomes[key]) for key in keys}
+
+    def counts(u: EpisodeUnit | EpisodeRecord) -> bool:
+        cut = stops[(u.task_group, u.task_id)].n_episodes
+        return cut is None or u.episode_index < cut
+
+    kept = Merged(
+        plan=[u for u in merged.plan if counts(u)],
+        records={k: r for k, r in merged.records.items() if counts(r)},
+        duplicates=merged.duplicates,
+        conflicts=[(a, b) for a, b in merged.conflicts if counts(a)],
+        unplanned=merged.unplanned,
+    )
+    past: dict[TaskKey, int] = defaultdict(int)
+    for rec in merged.records.values():
+        if not counts(rec) and rec.ok:
+            past[(rec.task_group, rec.task_id)] += 1
+    return Applied(kept, stops, dict(past))
+
+
+def stop_json(rule: StopRule, stop: TaskStop, past_stop: int) -> dict[str, Any]:
+    """A task's `stop` entry in eval_info.json."""
+    return {
+        "reason": stop.reason,
+        "n_episodes": stop.n_episodes,
+        "max_episodes": rule.max_episodes,
+        "saved": None if stop.n_episodes is None else rule.max_episodes - stop.n_episodes,
+        "ci_width": stop.width,
+        "ran_past_stop": past_stop,
+    }
