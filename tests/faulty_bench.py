@@ -65,12 +65,13 @@ class FaultyConfig(FakeConfig):
 
 class IndexCheckEnv(CountdownEnv):
     """Refuses a reset that does not know its episode yet: the scheduler must set
-    `episode_index` before the reset (unit seeds are `1000 + episode_index`)."""
+    `episode_index` before the reset (unit seeds are `1000 + episode_index`; with
+    --seeds=1000,2000,... episode i of seed s has seed s + i and index i)."""
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         self.index_at_reset = getattr(self, "episode_index", None)
-        if seed is not None and self.index_at_reset != seed - 1000:
-            raise RuntimeError(f"reset(seed={seed}) saw episode_index={self.index_at_reset}, expected {seed - 1000}")
+        if seed is not None and self.index_at_reset != (seed - 1000) % 1000:
+            raise RuntimeError(f"reset(seed={seed}) saw episode_index={self.index_at_reset}, expected {(seed - 1000) % 1000}")
         return super().reset(seed=seed, options=options)
 
 

@@ -25,6 +25,14 @@ class EpisodeUnit:
     episode_index: int
     seed: int
     task: str
+    #: --seeds: the episode's index within its seed's block (what a lerobot-eval run with that
+    #: seed calls it: LIBERO's initial state); -1: the same as `episode_index`
+    index_in_seed: int = -1
+
+    @property
+    def env_index(self) -> int:
+        """The index the env and the policy see (`episode_index` of a one-seed run)."""
+        return self.index_in_seed if self.index_in_seed >= 0 else self.episode_index
 
     @property
     def key(self) -> UnitKey:
@@ -34,10 +42,26 @@ class EpisodeUnit:
         return f"{self.task_group}/{self.task} episode {self.episode_index} (seed {self.seed})"
 
 
-def make_plan(tasks: Mapping[str, Sequence[str]], n_episodes: int, seed: int) -> list[EpisodeUnit]:
-    """Every unit of the run, task by task, in episode order."""
+def make_plan(
+    tasks: Mapping[str, Sequence[str]], n_episodes: int, seed: int, seeds: Sequence[int] = (),
+) -> list[EpisodeUnit]:
+    """Every unit of the run, task by task, in episode order.
+
+    With several `seeds` (--seeds), each task runs `n_episodes` per seed: episode
+    j * n_episodes + i has seed seeds[j] + i and is episode i of its seed's block, so the
+    block of seed s is exactly the episodes a one-seed run with --seed=s would give.
+    """
+    if len(seeds) > 1:
+        return [
+            EpisodeUnit(group, task_id, j * n_episodes + i, s + i, task, i)
+            for group, names in tasks.items()
+            for task_id, task in enumerate(names)
+            for j, s in enumerate(seeds)
+            for i in range(n_episodes)
+        ]
+    first = seeds[0] if seeds else seed
     return [
-        EpisodeUnit(group, task_id, i, seed + i, task)
+        EpisodeUnit(group, task_id, i, first + i, task)
         for group, names in tasks.items()
         for task_id, task in enumerate(names)
         for i in range(n_episodes)
@@ -46,7 +70,7 @@ def make_plan(tasks: Mapping[str, Sequence[str]], n_episodes: int, seed: int) ->
 
 def plan_for(cfg: RunConfig) -> list[EpisodeUnit]:
     """The whole plan of the run `cfg` describes (every shard's units)."""
-    return make_plan(cfg.env.tasks(), cfg.eval.n_episodes, cfg.seed)
+    return make_plan(cfg.env.tasks(), cfg.eval.n_episodes, cfg.seed, cfg.seeds)
 
 
 def shard(units: Iterable[EpisodeUnit], shard_id: int, num_shards: int) -> list[EpisodeUnit]:

@@ -100,7 +100,14 @@ def coerce(flag: str, raw: str, tp: Any) -> Any:
         except ValueError:
             raise ConfigError(f"{flag}={raw!r}: expected a number") from None
     if origin is tuple:
-        return tuple(part.strip() for part in raw.split(",") if part.strip())
+        parts = tuple(part.strip() for part in raw.split(",") if part.strip())
+        args = typing.get_args(tp)
+        if args and args[0] is int:
+            try:
+                return tuple(int(p) for p in parts)
+            except ValueError:
+                raise ConfigError(f"{flag}={raw!r}: expected whole numbers separated by commas") from None
+        return parts
     if origin is dict:
         import json
 

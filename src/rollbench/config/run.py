@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,6 +30,10 @@ class RunConfig:
     tune: TuneConfig = dataclasses.field(default_factory=TuneConfig)
     ray: RayConfig = dataclasses.field(default_factory=RayConfig)
     seed: int = opt(1000, "episode i of every task gets seed `seed + i`")
+    seeds: tuple[int, ...] = opt(
+        (), "several seeds in one run (e.g. 1000,2000,3000): every task runs --eval.n_episodes per seed, episode i "
+        "of seed s with seed s + i, as one lerobot-eval run per --seed would; results per seed and pooled",
+    )
     output_dir: str = opt("", "where results go (default outputs/eval/<date>/<time>_<job_name or env_policy>)")
     job_name: str = opt("", "a name for the run (lerobot-eval's --job_name): in the default --output_dir and in run.json")
     resume: bool = opt(True, "continue the run already in output_dir (false: start over)")
@@ -53,6 +58,7 @@ class RunConfig:
     debug: bool = opt(False, "print tracebacks for errors")
 
     def __post_init__(self) -> None:
+        self._check_seeds()
         if isinstance(self.workers, int) and self.workers < 1:
             raise ConfigError(f"--workers={self.workers} is not allowed; it must be >= 1")
         if self.slots_per_worker is not None and self.slots_per_worker < 1:
@@ -66,6 +72,31 @@ class RunConfig:
             raise ConfigError(
                 f"--env.type={self.env.type_name} imports and runs the code at the path you give; "
                 f"read it, then pass --trust_remote_code=true to allow it"
+            )
+
+    def _check_seeds(self) -> None:
+        seeds, n = self.seeds, self.eval.n_episodes
+        if not seeds:
+            return
+        flag = f"--seeds={','.join(map(str, seeds))}"
+        if len(set(seeds)) != len(seeds):
+            raise ConfigError(f"{flag} is not allowed; the seeds must differ")
+        if self.seed != 1000 and self.seed != seeds[0]:
+            raise ConfigError(f"--seed={self.seed} with {flag} is not allowed; give one of the two")
+        object.__setattr__(self, "seed", seeds[0])  # the first seed is the run's --seed (one seed: the same run)
+        ordered = sorted(seeds)
+        for lo, hi in itertools.pairwise(ordered):
+            if hi < lo + n:
+                raise ConfigError(
+                    f"{flag} is not allowed with --eval.n_episodes={n}: seed {lo} runs seeds {lo}..{lo + n - 1}, "
+                    f"which overlaps seed {hi}'s; space the seeds at least {n} apart"
+                )
+        if len(seeds) > 1 and self.eval.ci_width is not None:
+            raise ConfigError(f"{flag} with --eval.ci_width is not supported yet; run one adaptive run per seed")
+        if len(seeds) > 1 and self.policy.seeding == "lerobot-eval":
+            raise ConfigError(
+                f"{flag} with --policy.seeding=lerobot-eval is not allowed: that seeding reproduces one lerobot-eval "
+                f"run (one --seed); run one rollbench eval per seed"
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -91,5 +122,6 @@ class RunConfig:
             "env": to_dict(self.env),
             "policy": policy,
             "seed": self.seed,
+            **({"seeds": list(self.seeds)} if len(self.seeds) > 1 else {}),
             "n_episodes": self.eval.n_episodes,
         }

@@ -13,6 +13,7 @@ from rollbench.report.html import esc, output_file, page, table, write_atomic
 from rollbench.report.runs import Run, command_line, load_run
 
 COMPARE_HELP = """usage: rollbench compare A B [--html=OUT] [--fail-if-worse] [--alpha=0.05] [--seed_a=S] [--seed_b=S]
+                         [--sequential [--margin=0.05] [--block=10]]
 
 Is B better than A, on which tasks, and can the data tell? A and B are output directories
 of `rollbench eval` or `lerobot-eval`, or their eval_info.json files. For every task both
@@ -31,6 +32,12 @@ counts or step limits.
                      for a run that records no seeds (lerobot-eval): the --seed it ran with;
                      episode i of every task then had seed S + i, so its episodes can be
                      paired with the other run's
+  --sequential       also test sequentially, as if the pairs (same task, same seed) had been
+                     looked at every --block pairs: an anytime-valid test that stops at the
+                     first look where B is better, worse, or equivalent within --margin;
+                     says where each task would have stopped (docs/compare.md)
+  --margin=M         --sequential: equivalence margin of B - A, as a fraction (default 0.05)
+  --block=K          --sequential: pairs between two looks (default 10)
 
 exit codes: 0 compared, 1 B is worse (with --fail-if-worse), 2 bad arguments"""
 
@@ -62,10 +69,26 @@ def text(cmp: Comparison) -> str:
         if j == 0 or (j == len(rows) - 2 and len(cmp.tasks) > 1):
             lines.append("-" * sum(w + 2 for w in widths))
     lines += ["", *cmp.verdicts()]
+    lines += per_seed_lines(cmp.a, cmp.b)
     for title, items in (("warnings", cmp.warnings), ("notes", cmp.notes)):
         if items:
             lines += ["", f"{title}:", *(f"  - {w}" for w in items)]
     return "\n".join(lines)
+
+
+def per_seed_lines(a: Run, b: Run) -> list[str]:
+    """Runs with --seeds: each run's overall success per seed, and mean +- std across seeds
+    (the tests above pool every seed's episodes, paired by seed)."""
+    lines = []
+    for side, run in (("A", a), ("B", b)):
+        per_seed, across = run.info.get("per_seed"), run.info.get("across_seeds")
+        if not isinstance(per_seed, list) or not isinstance(across, dict):
+            continue
+        rates = ", ".join(f"{x['seed']}: {'-' if x['pc_success'] is None else format(x['pc_success'], '.1f')}%" for x in per_seed)
+        mean, std = across.get("pc_success_mean"), across.get("pc_success_std")
+        spread = "" if mean is None else f"; mean {mean:.1f}" + ("" if std is None else f" +- {std:.1f} (sample std)")
+        lines.append(f"{side} per seed: {rates}{spread}")
+    return ["", *lines] if lines else []
 
 
 def _run_block(side: str, run: Run) -> Iterator[str]:
@@ -127,9 +150,31 @@ def _seed(flag: str) -> Callable[[str], int]:
     return parse
 
 
+def _margin(value: str) -> float:
+    try:
+        margin = float(value)
+    except ValueError:
+        margin = -1.0
+    if not 0 < margin < 1:
+        raise ConfigError(f"--margin={value!r} is not allowed; it must be a number between 0 and 1 (a difference of "
+                          f"success rates, e.g. 0.05 = 5 points)")
+    return margin
+
+
+def _block(value: str) -> int:
+    try:
+        block = int(value)
+    except ValueError:
+        block = 0
+    if block < 1:
+        raise ConfigError(f"--block={value!r} is not allowed; it must be a whole number >= 1 (pairs between two looks)")
+    return block
+
+
 PARSERS: dict[str, Callable[[str], Any]] = {
     "html": functools.partial(output_file, "html"), "fail-if-worse": _bool("fail-if-worse"), "fail_if_worse": _bool("fail_if_worse"),
     "alpha": _alpha, "seed_a": _seed("seed_a"), "seed_b": _seed("seed_b"),
+    "sequential": _bool("sequential"), "margin": _margin, "block": _block,
 }
 
 
@@ -139,7 +184,8 @@ def compare_main(positional: list[str], flags: dict[str, Any]) -> int:
     for key, value in flags.items():
         if key not in PARSERS:
             hint = did_you_mean(key, PARSERS, "--{}".format)
-            raise ConfigError(f"unknown flag --{key} for rollbench compare.{hint} Flags: --html, --fail-if-worse, --alpha, --seed_a, --seed_b")
+            raise ConfigError(f"unknown flag --{key} for rollbench compare.{hint} Flags: --html, --fail-if-worse, --alpha, "
+                              f"--seed_a, --seed_b, --sequential, --margin, --block")
         opts[key.replace("-", "_")] = PARSERS[key](str(value))
     if len(positional) != 2:
         raise ConfigError(f"rollbench compare takes two runs, A and B (got {len(positional)}); usage: rollbench compare A B")
@@ -152,7 +198,16 @@ def compare_main(positional: list[str], flags: dict[str, Any]) -> int:
             f"rollbench compare: A={positional[0]!r} and B={positional[1]!r} share no task with episodes "
             f"(A: {', '.join(t.name for t in a.tasks.values()) or 'none'}; B: {', '.join(t.name for t in b.tasks.values()) or 'none'})"
         ) from None
+    if not opts.get("sequential") and ("margin" in opts or "block" in opts):
+        raise ConfigError("--margin and --block belong to a sequential comparison; add --sequential")
+    seq = None
+    if opts.get("sequential"):
+        from rollbench.report.sequential_cmd import sequential_compare
+
+        seq = sequential_compare(a, b, opts.get("alpha", 0.05), opts.get("margin", 0.05), opts.get("block", 10))
     print(text(cmp))
+    if seq is not None:
+        print("\n" + seq.text())
     if "html" in opts:
         write_atomic(opts["html"], html_page(cmp))
         print(f"\ncomparison page: {opts['html']}")

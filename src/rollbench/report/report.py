@@ -100,6 +100,22 @@ def _tasks(run: Run) -> Iterator[str]:
     yield table(("task", "episodes", "success", "95% CI", "mean length", "failed"), rows)
 
 
+def _seeds(run: Run) -> Iterator[str]:
+    """--seeds: the run's success per seed, and across seeds."""
+    per_seed, across = run.info.get("per_seed"), run.info.get("across_seeds")
+    if not isinstance(per_seed, list) or not isinstance(across, dict):
+        return
+    yield "<h2>Seeds</h2>"
+    rows = [(b["seed"], b["n_episodes"], _pct(b["n_success"], b["n_episodes"]), _ci(b["n_success"], b["n_episodes"]))
+            for b in per_seed]
+    yield table(("seed", "episodes", "success", "95% CI"), rows)
+    mean, std = across.get("pc_success_mean"), across.get("pc_success_std")
+    if mean is not None:
+        spread = f" ± {std:.1f} (sample standard deviation)" if std is not None else ""
+        yield (f'<p class="muted">Across {across.get("n_seeds")} seeds: {mean:.1f}%{spread}. Each seed runs every task '
+               "with its own episodes (seed s: s, s+1, ...); the tables above pool them.</p>")
+
+
 def _adaptive(run: Run) -> Iterator[str]:
     """An adaptive run (--eval.ci_width): how each task's interval narrowed, where it stopped."""
     a = run.info.get("adaptive")
@@ -212,7 +228,7 @@ def _videos_flag(value: str) -> int:
 def render(run: Run, out: Path, videos_per_task: int = VIDEOS_PER_TASK) -> str:
     """The page's HTML for `run`, with video paths relative to `out`'s directory."""
     body = [
-        *_summary(run), *_tasks(run), *_adaptive(run), *_lengths(run), *_throughput(run),
+        *_summary(run), *_tasks(run), *_seeds(run), *_adaptive(run), *_lengths(run), *_throughput(run),
         *_videos(run, out.parent, videos_per_task), *_failed(run), *_reproduce(run),
     ]
     return page(f"rollbench report: {run.describe()}", body)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from rollbench.results import adaptive
 from rollbench.results.merge import Merged
 from rollbench.results.store import EVAL_INFO, write_json_atomic
-from rollbench.results.summary import busy_seconds
+from rollbench.results.summary import busy_seconds, seed_results
 from rollbench.results.summary import eval_info as summarize
 
 if TYPE_CHECKING:
@@ -100,9 +100,10 @@ def build(
 ) -> EvalInfo:
     descriptions = {u.task: cfg.env.task_description(u.task) for u in merged.plan}
     rule = adaptive.StopRule.from_config(cfg.eval)
-    if rule is None:
-        return EvalInfo(summarize(merged, descriptions, root), cfg.to_dict(), versions(cfg), how, command, this_run_s)
-    return EvalInfo(_adaptive_body(rule, merged, descriptions, root), cfg.to_dict(), versions(cfg), how, command, this_run_s)
+    body = summarize(merged, descriptions, root) if rule is None else _adaptive_body(rule, merged, descriptions, root)
+    if len(cfg.seeds) > 1:
+        seed_results(body, merged, cfg.seeds, cfg.eval.n_episodes)
+    return EvalInfo(body, cfg.to_dict(), versions(cfg), how, command, this_run_s)
 
 
 def _adaptive_body(rule: adaptive.StopRule, merged: Merged, descriptions: dict[str, str], root: Path) -> dict[str, Any]:

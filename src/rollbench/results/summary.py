@@ -153,6 +153,34 @@ def eval_info(merged: Merged, descriptions: dict[str, str] | None = None, root: 
     }
 
 
+def seed_results(body: dict[str, Any], merged: Merged, seeds: Sequence[int], n_episodes: int) -> None:
+    """--seeds: each task's and the whole run's results per seed (seed j's block is episodes
+    j * n_episodes ..), and across seeds the mean and sample standard deviation of the
+    per-seed success rates (what papers report as "mean +- std over seeds"), beside the pooled
+    rates (`summary`, `overall`) with their Wilson intervals."""
+    ok_by_task: dict[tuple[str, int], list[EpisodeRecord]] = defaultdict(list)
+    for rec in merged.records.values():
+        if rec.ok:
+            ok_by_task[(rec.task_group, rec.task_id)].append(rec)
+
+    def blocks(recs: Sequence[EpisodeRecord]) -> list[dict[str, Any]]:
+        out = []
+        for j, seed in enumerate(seeds):
+            mine = [r for r in recs if r.episode_index // n_episodes == j]
+            agg = aggregate(mine)
+            out.append({"seed": seed, **{k: agg[k] for k in ("pc_success", "n_episodes", "n_success", "pc_success_ci95")}})
+        return out
+
+    for entry in body["per_task"]:
+        entry["per_seed"] = blocks(ok_by_task[(entry["task_group"], entry["task_id"])])
+    overall = blocks([r for recs in ok_by_task.values() for r in recs])
+    rates = [b["pc_success"] for b in overall if b["pc_success"] is not None]
+    mean = sum(rates) / len(rates) if rates else None
+    std = math.sqrt(sum((x - mean) ** 2 for x in rates) / (len(rates) - 1)) if mean is not None and len(rates) > 1 else None
+    body["per_seed"] = overall
+    body["across_seeds"] = {"seeds": list(seeds), "pc_success_mean": mean, "pc_success_std": std, "n_seeds": len(rates)}
+
+
 def _fmt_pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
@@ -192,4 +220,17 @@ def table(info: dict[str, Any]) -> str:
     lines.insert(1, "-" * len(lines[0]))
     if len(rows) > 2 and rows[-1][0] == "overall":
         lines.insert(len(lines) - 1, "-" * len(lines[0]))
+    if "per_seed" in info:
+        lines += ["", seed_line(info)]
     return "\n".join(lines)
+
+
+def seed_line(info: dict[str, Any]) -> str:
+    """--seeds: the overall success rate of each seed, and their mean +- sample std."""
+    parts = [f"{b['seed']}: {_fmt_pct(b['pc_success'])}%" for b in info["per_seed"]]
+    across = info["across_seeds"]
+    spread = ""
+    if across["pc_success_mean"] is not None:
+        std = across["pc_success_std"]
+        spread = f"; mean {across['pc_success_mean']:.1f}" + (f" +- {std:.1f} (sample std over {across['n_seeds']} seeds)" if std is not None else "")
+    return "per seed: " + ", ".join(parts) + spread + "; the table pools every seed's episodes"

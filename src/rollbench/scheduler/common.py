@@ -62,7 +62,7 @@ class StepContext:
             task_group=unit.task_group,
             task=unit.task,
             description=self.benchmark.task_description(unit.task),
-            episode_index=unit.episode_index,
+            episode_index=unit.env_index,
             seed=unit.seed,
         )
 

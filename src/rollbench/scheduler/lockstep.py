@@ -209,7 +209,7 @@ class _Lockstep:
         # a short last batch pads with copies of its first unit; their results are dropped
         padded = chunk + [chunk[0]] * (n_envs - len(chunk))
         slots = list(range(slot_base, slot_base + n_envs))
-        set_episode_index(ctx.benchmark, vec, [u.episode_index for u in padded])
+        set_episode_index(ctx.benchmark, vec, [u.env_index for u in padded])
         obs, _ = vec.reset(seed=[u.seed for u in padded])
         policy.reset(slots, [ctx.episode_start(u) for u in padded])
         descriptions = [ctx.benchmark.policy_task(u.task) for u in padded]

@@ -194,7 +194,7 @@ class Worker:
             try:
                 if slot.env is None:
                     slot.env, slot.task = self._env_for(unit.task), unit.task
-                set_episode_index(self.bench, slot.env, [unit.episode_index])
+                set_episode_index(self.bench, slot.env, [unit.env_index])
                 obs, _ = slot.env.reset(seed=unit.seed)
             except Exception:
                 self._fail(i, report)

@@ -97,7 +97,7 @@ class Stepper:
         self.next_unit[k] += 1
         self.turn, self.env = k, self.envs[unit.task]
         t0 = time.perf_counter()
-        set_episode_index(self.bench, self.env, [unit.episode_index])
+        set_episode_index(self.bench, self.env, [unit.env_index])
         self.obs, _ = self.env.reset(seed=unit.seed)
         self.resets.append(time.perf_counter() - t0)
         self.env.action_space.seed(unit.seed)

@@ -1,0 +1,318 @@
+"""Sequential, anytime-valid comparison of two policies run on the same seeds.
+
+Episode i of a task gives a pair (a_i, b_i) of successes. The comparison is looked at after
+every `block` pairs and stops at the first look where B is better, worse, or equivalent
+within a margin; every claim keeps its error bound however often it is looked at, and
+whenever it stops (optional stopping).
+
+- **Better / worse.** Only discordant pairs carry information: under no difference each
+  is won by B with probability 1/2, independently, whatever the task's success rate (the
+  sequential form of McNemar's test). With x B-wins among n discordant pairs, the
+  mixture likelihood ratio against a Beta(c, c) prior on B's win rate,
+  E_n = B(x + c, n - x + c) / (B(c, c) 0.5^n), is a nonnegative martingale under no
+  difference (Robbins 1970, "Statistical methods related to the law of the iterated
+  logarithm", Ann. Math. Statist.: the mixture form of Wald's 1945 SPRT). By Ville's
+  inequality P(sup_n E_n >= 1/alpha) <= alpha, so E_n is an e-process and
+  p = 1 / max E_m an anytime-valid p-value (Ramdas, Grünwald, Vovk & Shafer 2023,
+  "Game-theoretic statistics and safe anytime-valid inference", Statist. Sci.). B is
+  "better" at the first look with E_n >= 1/alpha and x > n/2, "worse" with x < n/2; the
+  wrong sign has chance <= alpha too, since there the half of the mixture on the observed
+  side, itself a supermartingale, is at least E_n. c = 1 (uniform prior), where
+  E_n = 2^n / ((n + 1) C(n, x)) can be checked by hand: in simulation it needed ~5% fewer
+  pairs than Jeffreys' c = 1/2 for moderate differences (0.6 vs 0.75, 0.5 vs 0.65), where
+  pairs are costly, and a few more for large ones (20 vs 18 at 0.3 vs 0.9).
+  STEP (Snyder et al., RSS 2025, "Is your imitation learning policy better than mine?
+  Policy comparison with near-optimal stopping") optimises the stopping rule for a
+  given prior and budget; this is a plain mixture test with a guaranteed bound instead.
+- **Equivalent.** A confidence sequence for Delta = p_B - p_A from d_i = b_i - a_i:
+  the predictable plug-in empirical-Bernstein sequence (Waudby-Smith & Ramdas 2024,
+  "Estimating means of bounded random variables by betting", JRSS-B, Theorem 2) on
+  (d_i + 1) / 2 in [0, 1], intersected over time. It shrinks with the variance of d,
+  which is small when the policies mostly agree (where a sub-Gaussian bound of scale 1
+  needs about 1,100 pairs to get inside a margin of 0.1, this needs about 170). It covers Delta at every time with
+  chance >= 1 - alpha; "equivalent" is claimed when it lies inside (-margin, margin),
+  which is wrong with chance <= alpha/2. A difference is reported before equivalence
+  (the interval then says how small it is). For a true |Delta| >= margin the chance of
+  either wrong claim is at most 1.5 alpha.
+- **Many tasks.** Each task is tested at alpha / T (Bonferroni): every task then stops on
+  its own evidence the moment it is decided, and all T claims hold at once by the union
+  bound. Holm would gain little here and would tie each task's stop to the others'. The
+  pooled test, at alpha, takes the pairs of all tasks in round robin (episode 0 of
+  each task, then episode 1, ...) and looks every block * T pairs: under no difference
+  in any task the discordant pairs are still fair coins, so its e-value is valid, and its
+  sequence covers an average of the tasks' Delta (weighted by the bets, which change
+  slowly, so close to the plain mean). Its claims are not counted in the task family.
+
+Only whole blocks are looked at: a tail shorter than `block` is not used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import numpy as np
+from scipy.special import betaln
+
+from rollbench.errors import ConfigError
+from rollbench.report.stats import mcnemar_power
+
+#: Beta(c, c) prior of the mixture on B's chance of winning a discordant pair
+PRIOR = 1.0
+#: largest bet of the empirical-Bernstein sequence; WSR suggest 1/2 or 3/4
+MAX_BET = 0.5
+
+Decision = Literal["better", "worse", "equivalent", "undecided"]
+_DECISIONS: tuple[Decision, ...] = ("undecided", "better", "worse", "equivalent")
+
+
+@dataclass(frozen=True)
+class SequentialResult:
+    """Where a sequential comparison stopped, and what it saw up to there."""
+
+    decision: Decision
+    n_pairs: int  # pairs used: up to the stop, else every whole block
+    n_discordant: int
+    b_wins: int  # discordant pairs won by B
+    e_value: float  # at n_pairs
+    p_value: float  # anytime-valid: 1 / the largest e-value at a look
+    interval: tuple[float, float]  # 1 - alpha confidence sequence of p_B - p_A at n_pairs
+    stopped_at: int | None  # pairs used when decided
+    alpha: float  # the level it ran at (alpha / T for one of T tasks)
+
+
+@dataclass(frozen=True)
+class TaskComparison:
+    """Per-task results at alpha / T each, and the pooled result at alpha."""
+
+    tasks: Mapping[str, SequentialResult]
+    pooled: SequentialResult
+
+
+def log_e_value(n: np.ndarray | int, x: np.ndarray | int, prior: float = PRIOR) -> np.ndarray:
+    """log E_n of the Beta(prior, prior) mixture for x B-wins among n discordant pairs."""
+    n, x = np.asarray(n, dtype=float), np.asarray(x, dtype=float)
+    return betaln(x + prior, n - x + prior) - betaln(prior, prior) + n * math.log(2)
+
+
+def confidence_sequence(d: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Running (lo, hi) of p_B - p_A after each pair, from d in {-1, 0, 1} (last axis)."""
+    y = (np.asarray(d, dtype=float) + 1) / 2
+    t = np.arange(1, y.shape[-1] + 1)
+    log_term = math.log(2 / alpha)
+    mu = (0.5 + np.cumsum(y, axis=-1)) / (t + 1)
+    var = (0.25 + np.cumsum((y - mu) ** 2, axis=-1)) / (t + 1)
+    # the bet and the variance proxy at pair t use only pairs before t (predictable)
+    mu_prev = np.concatenate([np.full((*y.shape[:-1], 1), 0.5), mu[..., :-1]], axis=-1)
+    var_prev = np.concatenate([np.full((*y.shape[:-1], 1), 0.25), var[..., :-1]], axis=-1)
+    lam = np.minimum(np.sqrt(2 * log_term / (var_prev * t * np.log1p(t))), MAX_BET)
+    psi = (-np.log1p(-lam) - lam) / 4
+    total = np.cumsum(lam, axis=-1)
+    centre = np.cumsum(lam * y, axis=-1) / total
+    width = (log_term + np.cumsum(4 * (y - mu_prev) ** 2 * psi, axis=-1)) / total
+    lo = np.maximum.accumulate(np.clip(2 * (centre - width) - 1, -1, 1), axis=-1)
+    hi = np.minimum.accumulate(np.clip(2 * (centre + width) - 1, -1, 1), axis=-1)
+    return lo, hi
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """Sequential tests of many comparisons at once: one row each, values at the stop."""
+
+    decision: np.ndarray  # index into _DECISIONS
+    looks: np.ndarray  # whole blocks used
+    discordant: np.ndarray
+    b_wins: np.ndarray
+    log_e: np.ndarray
+    max_log_e: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+def _run(a: np.ndarray, b: np.ndarray, alpha: float, margin: float, block: int) -> _Runs:
+    rows, n_looks = a.shape[0], a.shape[1] // block
+    if n_looks == 0:
+        zero = np.zeros(rows, dtype=int)
+        return _Runs(zero, zero, zero, zero, np.zeros(rows), np.zeros(rows), -np.ones(rows), np.ones(rows))
+    a, b = a[:, : n_looks * block], b[:, : n_looks * block]
+    at = np.arange(block, n_looks * block + 1, block) - 1  # the last pair of each look
+    discordant = np.cumsum(a != b, axis=1)[:, at]
+    b_wins = np.cumsum(b & ~a, axis=1)[:, at]
+    log_e = log_e_value(discordant, b_wins)
+    lo, hi = (bound[:, at] for bound in confidence_sequence(b.astype(int) - a.astype(int), alpha))
+    differs = (log_e >= math.log(1 / alpha)) & (2 * b_wins != discordant)
+    equivalent = (lo > -margin) & (hi < margin)
+    code = np.where(differs, np.where(2 * b_wins > discordant, 1, 2), np.where(equivalent, 3, 0))
+    decided = code > 0
+    stop = np.where(decided.any(axis=1), decided.argmax(axis=1), n_looks - 1)
+
+    looks = np.broadcast_to(np.arange(1, n_looks + 1), code.shape)
+    at_stop = (code, looks, discordant, b_wins, log_e, np.maximum.accumulate(log_e, axis=1), lo, hi)
+    return _Runs(*(np.take_along_axis(values, stop[:, None], axis=1)[:, 0] for values in at_stop))
+
+
+def _check(alpha: float, margin: float, block: int) -> None:
+    if not 0 < alpha < 1:
+        raise ConfigError(f"alpha must be in (0, 1), got {alpha}")
+    if not 0 <= margin < 1:
+        raise ConfigError(f"margin must be in [0, 1) (a difference of success rates), got {margin}")
+    if block < 1:
+        raise ConfigError(f"block must be at least 1 pair, got {block}")
+
+
+def _outcomes(values: Sequence[int | bool], name: str) -> np.ndarray:
+    array = np.asarray(values).reshape(-1)
+    if not np.isin(array, (0, 1)).all():  # before any cast, which would turn 0.5 into 0
+        odd = [v for v in array.tolist() if v not in (0, 1)]
+        raise ConfigError(f"outcomes of {name} must be 0/1 or booleans, got {odd[:3]}")
+    return array.astype(bool)
+
+
+def sequential_test(
+    a: Sequence[int | bool], b: Sequence[int | bool], alpha: float = 0.05, margin: float = 0.05, block: int = 10
+) -> SequentialResult:
+    """Look at pairs block, 2 * block, ... of (a_i, b_i) and stop at the first decision."""
+    _check(alpha, margin, block)
+    if len(a) != len(b):
+        raise ConfigError(f"A and B must be paired episode by episode, but A has {len(a)} outcomes and B {len(b)}")
+    runs = _run(_outcomes(a, "A")[None], _outcomes(b, "B")[None], alpha, margin, block)
+    decision = _DECISIONS[int(runs.decision[0])]
+    n_pairs = int(runs.looks[0]) * block
+    return SequentialResult(
+        decision=decision,
+        n_pairs=n_pairs,
+        n_discordant=int(runs.discordant[0]),
+        b_wins=int(runs.b_wins[0]),
+        e_value=float(np.exp(runs.log_e[0])),
+        p_value=float(min(1.0, np.exp(-runs.max_log_e[0]))),
+        interval=(float(runs.lo[0]), float(runs.hi[0])),
+        stopped_at=None if decision == "undecided" else n_pairs,
+        alpha=alpha,
+    )
+
+
+def sequential_tasks(
+    pairs_by_task: Mapping[str, tuple[Sequence[int | bool], Sequence[int | bool]]],
+    alpha: float = 0.05,
+    margin: float = 0.05,
+    block: int = 10,
+) -> TaskComparison:
+    """Each task at alpha / T, and all tasks pooled in round robin at alpha (blocks of block * T)."""
+    _check(alpha, margin, block)
+    if not pairs_by_task:
+        raise ConfigError("no tasks to compare")
+    names = sorted(pairs_by_task)
+    tasks: dict[str, SequentialResult] = {}
+    for name in names:
+        a, b = pairs_by_task[name]
+        if len(a) != len(b):
+            raise ConfigError(f"task {name!r}: A has {len(a)} outcomes and B {len(b)}; pair them episode by episode")
+        tasks[name] = sequential_test(a, b, alpha / len(names), margin, block)
+    longest = max(len(pairs_by_task[name][0]) for name in names)
+    order = [(name, i) for i in range(longest) for name in names if i < len(pairs_by_task[name][0])]
+    pooled_a = [pairs_by_task[name][0][i] for name, i in order]
+    pooled_b = [pairs_by_task[name][1][i] for name, i in order]
+    return TaskComparison(tasks, sequential_test(pooled_a, pooled_b, alpha, margin, block * len(names)))
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """How the sequential test fared on simulated pairs, and fixed-n McNemar for scale."""
+
+    p_a: float
+    p_b: float
+    rho: float
+    n_max: int
+    n_sims: int
+    better: float  # share of comparisons decided "better"
+    worse: float
+    equivalent: float
+    undecided: float
+    mean_pairs: float  # pairs used, the whole n_max (in blocks) when undecided
+    median_pairs: float
+    fixed_power: float  # exact McNemar at n_max pairs, two-sided alpha
+    fixed_n: int | None  # about the fewest pairs for exact McNemar to reach `power`; None if p_a == p_b
+
+    @property
+    def rejection_rate(self) -> float:
+        """Share decided better or worse: the type-I error when p_a == p_b."""
+        return self.better + self.worse
+
+    @property
+    def power(self) -> float | None:
+        """Share decided in the true direction; None when the rates are equal."""
+        if self.p_a == self.p_b:
+            return None
+        return self.better if self.p_b > self.p_a else self.worse
+
+
+def discordance(p_a: float, p_b: float, rho: float) -> tuple[float, float]:
+    """P(only A succeeds), P(only B succeeds) for the pairs `simulate` draws."""
+    return (
+        rho * max(0.0, p_a - p_b) + (1 - rho) * p_a * (1 - p_b),
+        rho * max(0.0, p_b - p_a) + (1 - rho) * p_b * (1 - p_a),
+    )
+
+
+def fixed_n_for_power(p_only_a: float, p_only_b: float, alpha: float, power: float, limit: int = 20_000) -> int | None:
+    """About the fewest pairs at which exact McNemar reaches `power` (None past `limit`).
+
+    Exact power saws up and down with n; this walks from Connor's normal estimate down
+    while the power holds, then up until it is reached (as `stats.episodes_needed_paired`
+    does), so a lone sawtooth peak further below is not searched for.
+    """
+    psi, delta = p_only_a + p_only_b, abs(p_only_b - p_only_a)
+    if delta == 0 or power <= 0:
+        return None
+    from scipy.stats import norm
+
+    z_a, z_b = float(norm.ppf(1 - alpha / 2)), float(norm.ppf(min(power, 1 - 1e-9)))
+    n = max(1, math.ceil((z_a * math.sqrt(psi) + z_b * math.sqrt(max(0.0, psi - delta**2))) ** 2 / delta**2))
+    while n > 1 and mcnemar_power(n - 1, p_only_a, p_only_b, alpha) >= power:
+        n -= 1
+    while mcnemar_power(n, p_only_a, p_only_b, alpha) < power:
+        n += 1
+        if n > limit:
+            return None
+    return n
+
+
+def simulate(
+    p_a: float,
+    p_b: float,
+    n_max: int,
+    n_sims: int,
+    alpha: float = 0.05,
+    margin: float = 0.05,
+    block: int = 10,
+    rng: np.random.Generator | int | None = None,
+    rho: float = 0.0,
+) -> Simulation:
+    """Run `sequential_test` on n_sims simulated comparisons of n_max pairs each.
+
+    With chance rho a pair shares one uniform draw (a = u < p_a, b = u < p_b: the most
+    agreement the two rates allow), else the two are drawn independently.
+    """
+    _check(alpha, margin, block)
+    if not (0 <= p_a <= 1 and 0 <= p_b <= 1 and 0 <= rho <= 1):
+        raise ConfigError(f"p_a, p_b and rho must be in [0, 1], got {p_a}, {p_b}, {rho}")
+    rng = np.random.default_rng(rng)
+    u = rng.random((n_sims, n_max))
+    v = np.where(rng.random((n_sims, n_max)) < rho, u, rng.random((n_sims, n_max)))
+    runs = _run(u < p_a, v < p_b, alpha, margin, block)
+    share = [float(np.mean(runs.decision == k)) for k in range(4)]
+    pairs = runs.looks * block
+    only_a, only_b = discordance(p_a, p_b, rho)
+    sim = Simulation(
+        p_a, p_b, rho, n_max, n_sims, better=share[1], worse=share[2], equivalent=share[3], undecided=share[0],
+        mean_pairs=float(pairs.mean()), median_pairs=float(np.median(pairs)),
+        fixed_power=mcnemar_power(n_max, only_a, only_b, alpha) if only_a + only_b > 0 else 0.0, fixed_n=None,
+    )  # fmt: skip
+    if sim.power is None:
+        return sim
+    # a simulated power of 1 means "at least about 1 - 1 / n_sims"; asking McNemar for
+    # exactly 1 would ask for a sample size that rounding alone decides
+    target = min(sim.power, 1 - 0.5 / n_sims)
+    return replace(sim, fixed_n=fixed_n_for_power(only_a, only_b, alpha, target))

@@ -1,0 +1,90 @@
+"""`--seeds=S1,S2,...`: one run, one log; each seed's block is exactly the run `--seed=S`
+gives, whatever the mode; results per seed, across seeds and pooled, in eval_info, the
+table, report.html and compare."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import load_info, per_episode, run_subprocess
+
+BASE = ("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=6", "--eval.report=false")
+SEEDS = (1000, 2000, 3000)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict]:
+    """One ordinary run per seed."""
+    out = {}
+    for seed in SEEDS:
+        d = tmp_path_factory.mktemp(f"seed{seed}")
+        res = run_subprocess(*BASE, f"--seed={seed}", f"--output_dir={d}")
+        assert res.rc == 0, res.err
+        out[seed] = per_episode(d)
+    return out
+
+
+@pytest.mark.parametrize("mode", [("--eval.mode=continuous", "--workers=2"), ("--eval.mode=lockstep", "--eval.batch_size=4")],
+                         ids=["continuous", "lockstep"])
+def test_each_seed_of_a_multi_seed_run_is_the_run_of_that_seed(tmp_path: Path, single: dict, mode: tuple[str, ...]) -> None:
+    res = run_subprocess(*BASE, "--seeds=1000,2000,3000", *mode, f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    got = per_episode(tmp_path)
+    assert len(got) == 3 * 3 * 6
+    for j, seed in enumerate(SEEDS):
+        block = {(g, t, i - 6 * j): v for (g, t, i), v in got.items() if i // 6 == j}
+        assert block == single[seed]
+    info = load_info(tmp_path)
+    assert [b["seed"] for b in info["per_seed"]] == list(SEEDS)
+    rates = []
+    for b, seed in zip(info["per_seed"], SEEDS, strict=True):
+        wins = sum(v[0] for v in single[seed].values())
+        assert (b["n_success"], b["n_episodes"]) == (wins, 18)
+        rates.append(100 * wins / 18)
+    mean = sum(rates) / 3
+    assert info["across_seeds"]["pc_success_mean"] == pytest.approx(mean)
+    assert info["across_seeds"]["pc_success_std"] == pytest.approx((sum((r - mean) ** 2 for r in rates) / 2) ** 0.5)
+    assert info["overall"]["n_episodes"] == 54  # pooled
+    task = info["per_task"][0]
+    assert [b["n_episodes"] for b in task["per_seed"]] == [6, 6, 6]
+    assert "per seed: 1000: " in res.out and "sample std over 3 seeds" in res.out
+
+
+def test_envs_see_the_episodes_index_within_its_seed(tmp_path: Path) -> None:
+    """LIBERO picks episode i's initial state by i: a seed's block must start again at 0."""
+    res = run_subprocess("eval", "--env.type=indexed", "--env.task=near", "--policy.type=expert", "--eval.n_episodes=4",
+                         "--seeds=1000,2000", f"--output_dir={tmp_path}", ROLLBENCH_PLUGINS="faulty_bench")
+    assert res.rc == 0, res.err[-2000:]
+    assert load_info(tmp_path)["overall"]["n_failed"] == 0  # a wrong index fails the reset
+
+
+def test_report_and_compare_show_seeds(tmp_path: Path) -> None:
+    for name, noise in (("a", "0"), ("b", "3.0")):
+        res = run_subprocess("eval", "--env.type=fake", "--policy.type=expert", f"--policy.action_noise={noise}",
+                             "--eval.n_episodes=5", "--seeds=1000,2000", f"--output_dir={tmp_path / name}")
+        assert res.rc == 0, res.err
+    page = (tmp_path / "a" / "report.html").read_text()
+    assert "<h2>Seeds</h2>" in page and "Across 2 seeds" in page
+    res = run_subprocess("compare", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert res.rc == 0, res.err
+    assert "A per seed: 1000: " in res.out and "B per seed: 1000: " in res.out
+    assert "McNemar (30 pairs)" in res.out  # both seeds' episodes paired by seed
+
+
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (("--seeds=1000,1000",), "the seeds must differ"),
+        (("--seeds=1000,1003",), "overlaps seed 1003"),
+        (("--seeds=1000,x",), "expected whole numbers"),
+        (("--seeds=1000,2000", "--seed=5"), "give one of the two"),
+        (("--seeds=1000,2000", "--eval.ci_width=0.2"), "not supported yet"),
+    ],
+)
+def test_bad_seed_lists_are_one_line_errors(tmp_path: Path, flags: tuple[str, ...], needle: str) -> None:
+    res = run_subprocess(*BASE, *flags, f"--output_dir={tmp_path}")
+    assert res.rc == 2, res.err
+    assert needle in res.err and "Traceback" not in res.err
+    assert not (tmp_path / "run.json").exists()
