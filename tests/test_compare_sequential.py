@@ -63,3 +63,84 @@ def test_a_run_without_seeds_needs_the_seed_it_ran_with(runs: tuple[Path, Path],
 def test_bad_sequential_flags_are_one_line_errors(runs: tuple[Path, Path], flags: tuple[str, ...], needle: str) -> None:
     res = run_subprocess("compare", str(runs[0]), str(runs[1]), *flags)
     assert res.rc == 2 and needle in res.err and "Traceback" not in res.err
+
+
+# -- --eval.versus: runs that stop at the decision ------------------------------------------------
+
+VERSUS = ("eval", "--env.type=fake", "--policy.type=expert", "--eval.n_episodes=60", "--eval.report=false")
+
+
+def _prefix(episodes: dict, stops: dict[int, int]) -> dict:
+    return {k: v for k, v in episodes.items() if k[2] < stops[k[1]]}
+
+
+def _decided_stops(a: Path, b: Path) -> dict[int, int]:
+    """Where the sequential test stops each task on the two fixed runs' paired episodes."""
+    ea, eb = per_episode(a), per_episode(b)
+    stops = {}
+    for t in range(3):
+        r = sequential_tasks({str(u): ([ea[("all", u, i)][0] for i in range(60)], [eb[("all", u, i)][0] for i in range(60)])
+                              for u in range(3)}).tasks[str(t)]
+        stops[t] = r.stopped_at if r.stopped_at is not None else 60
+    return stops
+
+
+@pytest.fixture(scope="module")
+def fixed60(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[int, int]]:
+    root = tmp_path_factory.mktemp("fixed60")
+    for name, noise in (("a", "0"), ("b", "3.0")):
+        res = run_subprocess(*VERSUS, f"--policy.action_noise={noise}", f"--output_dir={root / name}")
+        assert res.rc == 0, res.err
+    stops = _decided_stops(root / "a", root / "b")
+    assert all(k < 60 for k in stops.values())
+    return root / "a", root / "b", stops
+
+
+def test_a_run_against_a_finished_baseline_stops_at_the_decision(fixed60, tmp_path: Path) -> None:
+    a, b_fixed, stops = fixed60
+    res = run_subprocess(*VERSUS, "--policy.action_noise=3.0", f"--eval.versus={a}", "--workers=2", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    assert "this run is 3 worse" in res.out
+    assert per_episode(tmp_path) == _prefix(per_episode(b_fixed), stops)
+    info = json.loads((tmp_path / "eval_info.json").read_text())
+    for task in info["per_task"]:
+        assert task["stop"]["reason"] == "worse" and task["stop"]["n_episodes"] == stops[task["task_id"]]
+        assert task["stop"]["versus"]["e_value"] >= 1 / (0.05 / 3)
+    res = run_subprocess("report", str(tmp_path))
+    assert res.rc == 0, res.err
+    page = (tmp_path / "report.html").read_text()
+    assert "<h2>Sequential comparison</h2>" in page and page.count("<td>worse</td>") == 3
+
+
+def test_two_runs_started_together_against_each_other_stop_at_the_same_decision(fixed60, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from conftest import REPO, subprocess_env
+
+    a_fixed, b_fixed, stops = fixed60
+    slow = ("--env.step_sleep_s=0.002", "--eval.max_episodes_rendered=0")
+    proc = subprocess.Popen([sys.executable, "-m", "rollbench", *VERSUS, *slow, f"--eval.versus={tmp_path / 'b'}",
+                             f"--output_dir={tmp_path / 'a'}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=subprocess_env(), cwd=REPO)
+    res = run_subprocess(*VERSUS, *slow, "--policy.action_noise=3.0", f"--eval.versus={tmp_path / 'a'}",
+                         f"--output_dir={tmp_path / 'b'}")
+    out, err = proc.communicate(timeout=300)
+    assert res.rc == 0, res.err
+    assert proc.returncode == 0, err
+    assert "this run is 3 better" in out and "this run is 3 worse" in res.out
+    assert per_episode(tmp_path / "a") == _prefix(per_episode(a_fixed), stops)
+    assert per_episode(tmp_path / "b") == _prefix(per_episode(b_fixed), stops)
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (("--env.task=near",), "ran with another benchmark"),
+    (("--seed=7",), "ran with another seed"),
+    (("--policy.action_noise=0",), "ran the same policy"),
+    (("--policy.action_noise=3", "--eval.ci_width=0.2"), "give one of them"),
+])
+def test_a_comparison_that_cannot_pair_is_refused_in_one_line(fixed60, tmp_path: Path, flags, needle) -> None:
+    res = run_subprocess(*VERSUS, *flags, f"--eval.versus={fixed60[0]}", f"--output_dir={tmp_path / 'out'}")
+    assert res.rc == 2, res.err
+    assert needle in res.err and "Traceback" not in res.err
+    assert not (tmp_path / "out").exists()  # nothing written

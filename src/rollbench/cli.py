@@ -274,11 +274,18 @@ def cmd_check(flags: dict[str, str]) -> int:
     return 2 if hard else 0
 
 
-def adaptive_line(a: dict[str, Any], n_tasks: int) -> str:
-    """What --eval.ci_width did, in one line."""
-    line = (f"adaptive (--eval.ci_width={a['ci_width']}, a look every {a['block']} episodes): "
-            f"{a['tasks_stopped_early']} of {n_tasks} tasks stopped before {a['max_episodes']} episodes, "
-            f"{a['episodes_saved']} of {n_tasks * a['max_episodes']} episodes saved")
+def adaptive_line(a: dict[str, Any], n_tasks: int, per_task: list[dict[str, Any]] | None = None) -> str:
+    """What --eval.ci_width or --eval.versus did, in one line."""
+    if "versus" in a:
+        decided = [t["stop"]["reason"] for t in per_task or [] if t["stop"]["reason"] in ("better", "worse", "equivalent")]
+        counts = ", ".join(f"{decided.count(d)} {d}" for d in ("better", "worse", "equivalent") if d in decided)
+        line = (f"sequential comparison against {a['versus']} (--eval.versus, a look every {a['block']} episodes, "
+                f"alpha {a['alpha']:g} over {n_tasks} tasks): this run is {counts or 'not decided on any task'}; "
+                f"{a['episodes_saved']} of {n_tasks * a['max_episodes']} episodes saved")
+    else:
+        line = (f"adaptive (--eval.ci_width={a['ci_width']}, a look every {a['block']} episodes): "
+                f"{a['tasks_stopped_early']} of {n_tasks} tasks stopped before {a['max_episodes']} episodes, "
+                f"{a['episodes_saved']} of {n_tasks * a['max_episodes']} episodes saved")
     if a["tasks_running"]:
         line += f"; {a['tasks_running']} tasks not decided yet"
     if a["episodes_ran_past_stop"]:
@@ -308,7 +315,7 @@ def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
     print(table(info))
     print(f"\n{outcome.ran} episodes run {outcome.how}; {info['status']} results in {outcome.output_dir / 'eval_info.json'}")
     if "adaptive" in info:
-        print(adaptive_line(info["adaptive"], len(info["per_task"])))
+        print(adaptive_line(info["adaptive"], len(info["per_task"]), info["per_task"]))
     if outcome.report is not None:
         print(f"report: {outcome.report}")
     if outcome.failed:
@@ -355,7 +362,7 @@ def cmd_merge(positional: list[str], flags: dict[str, str]) -> int:
     print(table(info))
     print(f"\nmerged into {root / 'eval_info.json'}: {info['status']}")
     if "adaptive" in info:
-        print(adaptive_line(info["adaptive"], len(info["per_task"])))
+        print(adaptive_line(info["adaptive"], len(info["per_task"]), info["per_task"]))
     if info["status"] != "complete":
         missing = info["missing_units"]
         shown = ", ".join(f"{m['task_group']}/{m['task']}#{m['episode_index']}" for m in missing[:10])

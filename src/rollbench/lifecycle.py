@@ -27,7 +27,7 @@ from rollbench.executors.base import Executor, Run
 from rollbench.plan import EpisodeUnit, pending, plan_for
 from rollbench.progress import Progress
 from rollbench.results import eval_info
-from rollbench.results.adaptive import StopRule, Stops
+from rollbench.results.adaptive import Rule, StopRule, Stops
 from rollbench.results.adaptive import apply as apply_stops
 from rollbench.results.eval_info import EvalInfo, ExecutionFacts
 from rollbench.results.log import DISK_FULL, EpisodeLog, LogTail, read_records, writer_name
@@ -57,6 +57,10 @@ def check(cfg: RunConfig) -> list[EpisodeUnit]:
     """The run's plan, once its benchmark is installed and its tasks exist (no side effects)."""
     cfg.env.check_available()
     cfg.env.validate_tasks()
+    if cfg.eval.versus is not None:
+        from rollbench.report.versus import precheck
+
+        precheck(cfg)
     return plan_for(cfg)
 
 
@@ -67,7 +71,7 @@ def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) 
     merged = merge(read_records(output_dir), plan)
     done = frozenset(merged.done_keys())
     todo = pending(units, done)
-    rule = StopRule.from_config(cfg.eval)
+    rule = stop_rule(cfg)
     stops = None
     if rule is not None:
         # failed units run again, so only finished ones decide; every shard's log is read
@@ -89,10 +93,19 @@ def close_run(
     if merged.conflicts:
         log.warning("%d units have conflicting results in the logs; see eval_info.json 'conflicts'", len(merged.conflicts))
     took = time.time() - started if started is not None else None
-    info = eval_info.build(merged, cfg, output_dir, how, command, took)
+    rule = stop_rule(cfg)
+    info = eval_info.build(merged, cfg, output_dir, how, command, took, rule)
     eval_info.write(output_dir, info)
-    rule = StopRule.from_config(cfg.eval)
     return (merged if rule is None else apply_stops(rule, merged).merged), info
+
+
+def stop_rule(cfg: RunConfig) -> Rule | None:
+    """An adaptive run's stop rule: --eval.ci_width's, or a comparison against --eval.versus."""
+    if cfg.eval.versus is not None:
+        from rollbench.report.versus import versus_rule
+
+        return versus_rule(cfg)
+    return StopRule.from_config(cfg.eval)
 
 
 def write_report(output_dir: Path) -> Path | None:
@@ -163,7 +176,7 @@ def _drive(run: Run, executor: Executor, progress_stream: Any) -> int:
     ran = 0
     records: Iterator[EpisodeRecord] = executor.execute(run)
     writer = writer_name(run.cfg.eval.shard_id, run.cfg.eval.num_shards)
-    peers = _Peers(run) if stops is not None and run.cfg.eval.num_shards > 1 and not executor.logs_itself else None
+    peers = _Peers(run) if stops is not None and not executor.logs_itself else None
     try:
         if executor.logs_itself:
             for rec in records:
@@ -212,13 +225,15 @@ def _wanted(run: Run) -> int:
 
 
 class _Peers:
-    """A shard's view of the other shards' records, read at most every 0.1 s (a few stat and read calls)."""
+    """What an adaptive run learns from outside this process, read at most every 0.1 s (a few
+    stat and read calls): the other shards' records, and the other run of a comparison."""
 
     def __init__(self, run: Run) -> None:
         assert run.stops is not None
         self.stops = run.stops
-        self.tail = LogTail(run.output_dir)
-        self.tail.skip_existing()  # open_run read them
+        self.tail = LogTail(run.output_dir) if run.cfg.eval.num_shards > 1 else None
+        if self.tail is not None:
+            self.tail.skip_existing()  # open_run read them
         self.last = time.monotonic()
 
     def refresh(self) -> bool:
@@ -227,8 +242,10 @@ class _Peers:
             return False
         self.last = now
         changed = False
-        for rec in self.tail.new_records():
+        for rec in self.tail.new_records() if self.tail is not None else ():
             changed |= self.stops.observe(rec)
+        for key in self.stops.rule.refresh():
+            changed |= self.stops.redecide(key)
         return changed
 
 

@@ -18,7 +18,17 @@ class EvalConfig:
         "0.1 = +-5 points), decided on whole prefixes of episodes, every --eval.ci_block episodes; "
         "--eval.n_episodes is the maximum (docs/adaptive.md)",
     )
-    ci_block: int = opt(10, "adaptive: episodes between two looks of --eval.ci_width's rule (and lockstep's default batch)")
+    ci_block: int = opt(
+        10, "adaptive: episodes between two looks of --eval.ci_width's or --eval.versus's rule (and lockstep's default batch)"
+    )
+    versus: str | None = opt(
+        None,
+        "adaptive: the --output_dir of another run (same benchmark and seeds; finished, or running now): each task "
+        "stops once an anytime-valid sequential test of this run against it decides better, worse or equivalent "
+        "(docs/compare.md); --eval.n_episodes is the maximum",
+    )
+    versus_alpha: float = opt(0.05, "--eval.versus: the test's level over all tasks (each task at alpha / tasks)")
+    versus_margin: float = opt(0.05, "--eval.versus: equivalent when the difference of success rates is surely within this")
     batch_size: int | None = opt(
         None,
         "lockstep mode (lerobot-eval's meaning): envs of one task stepped together per batch "
@@ -72,6 +82,15 @@ class EvalConfig:
                 f"--eval.ci_width={self.ci_width} is not allowed; it must be between 0 and 1 (the width of a 95% "
                 f"interval of the success rate, as a fraction: 0.1 = +-5 points)"
             )
+        if self.versus is not None and self.ci_width is not None:
+            raise ConfigError("--eval.versus and --eval.ci_width are two stop rules; give one of them")
+        if not 0 < self.versus_alpha < 1:
+            raise ConfigError(f"--eval.versus_alpha={self.versus_alpha} is not allowed; it must be between 0 and 1")
+        if not 0 < self.versus_margin < 1:
+            raise ConfigError(
+                f"--eval.versus_margin={self.versus_margin} is not allowed; it must be between 0 and 1 (a difference "
+                f"of success rates: 0.05 = 5 points)"
+            )
         if self.ci_block < 1:
             raise ConfigError(f"--eval.ci_block={self.ci_block} is not allowed; it must be >= 1")
         if self.batch_size is not None and self.batch_size < 1:
@@ -106,5 +125,5 @@ class EvalConfig:
     def envs_per_batch(self) -> int:
         """Lockstep mode: envs per batch (a batch never holds more envs than a task has episodes).
         An adaptive run looks every `ci_block` episodes, so its batches default to a block."""
-        default = self.ci_block if self.ci_width is not None else 50
+        default = self.ci_block if self.ci_width is not None or self.versus is not None else 50
         return min(self.batch_size or default, self.n_episodes)

@@ -121,6 +121,9 @@ def _adaptive(run: Run) -> Iterator[str]:
     a = run.info.get("adaptive")
     if not isinstance(a, dict):
         return
+    if "versus" in a:
+        yield from _versus(run, a)
+        return
     from rollbench.results.adaptive import StopRule
 
     rule = StopRule(float(a["ci_width"]), int(a["block"]), int(a["max_episodes"]))
@@ -137,6 +140,23 @@ def _adaptive(run: Run) -> Iterator[str]:
                                      rule.checkpoints(), stop.get("n_episodes"), str(stop.get("reason"))))
     if tasks:
         yield plots.narrowing(tasks, rule.ci_width, rule.max_episodes)
+
+
+def _versus(run: Run, a: dict[str, Any]) -> Iterator[str]:
+    """--eval.versus: each task's sequential comparison against the other run, where it stopped."""
+    yield "<h2>Sequential comparison</h2>"
+    yield (f'<p class="muted">Against {esc(a["versus"])}: each task stopped at the first look (every {a["block"]} '
+           f"episodes) where an anytime-valid test of this run against that one decided, at level "
+           f"{a['alpha']:g} over all tasks (docs/compare.md); {a['episodes_saved']} episodes saved.</p>")
+    rows = []
+    for t in run.info.get("per_task") or []:
+        stop = t.get("stop") or {}
+        v = stop.get("versus") or {}
+        lo, hi = (v.get("interval") or [None, None])[:2]
+        ci = "-" if lo is None else f"{100 * lo:+.1f} to {100 * hi:+.1f}"
+        rows.append((t.get("task"), stop.get("reason"), f"{stop.get('n_episodes')} of {stop.get('max_episodes')}",
+                     f"{v.get('b_wins', '-')}/{v.get('n_discordant', '-')}", f"{v.get('e_value', 0):.3g}", ci))
+    yield table(("task", "decision", "episodes", "wins here / discordant", "e-value", "this − other, points (anytime)"), rows)
 
 
 def _lengths(run: Run) -> Iterator[str]:

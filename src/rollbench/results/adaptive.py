@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from rollbench.plan import EpisodeUnit
 from rollbench.results.merge import Merged
@@ -39,7 +39,36 @@ if TYPE_CHECKING:
     from rollbench.config.eval import EvalConfig
 
 TaskKey = tuple[str, int]  # (task_group, task_id)
-Reason = Literal["ci_width", "max_episodes", "running"]
+# ci_width: the interval is narrow enough; better / worse / equivalent: a sequential comparison
+# against another run decided (report/versus.py); max_episodes: neither, by the maximum
+Reason = Literal["ci_width", "better", "worse", "equivalent", "max_episodes", "running"]
+
+
+@dataclass(frozen=True)
+class TaskStop:
+    """Where one task's rule stands: `n_episodes` counts once `reason` is not "running"."""
+
+    n_episodes: int | None  # the prefix that counts (None while running)
+    reason: Reason
+    width: float | None  # the Wilson interval's width (fraction) at the last prefix looked at
+    looked_at: int  # the longest finished prefix the rule has looked at (0: none yet)
+    details: dict[str, Any] | None = None  # what else the rule says of it (a comparison's e-value, ...)
+
+
+class Rule(Protocol):
+    """A stop rule: a pure function of a task's finished episodes (and, for a comparison,
+    of the other run's), looked at on whole prefixes of episode indices."""
+
+    @property
+    def max_episodes(self) -> int: ...
+
+    def decide(self, key: TaskKey, outcomes: Mapping[int, bool | None]) -> TaskStop: ...
+
+    def refresh(self) -> list[TaskKey]:
+        """Read what the rule's outside sources (another run) added; the tasks to decide again."""
+        ...
+
+    def to_json(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -59,15 +88,11 @@ class StopRule:
     def to_json(self) -> dict[str, Any]:
         return {"ci_width": self.ci_width, "block": self.block, "max_episodes": self.max_episodes}
 
+    def decide(self, key: TaskKey, outcomes: Mapping[int, bool | None]) -> TaskStop:
+        return decide(self, outcomes)
 
-@dataclass(frozen=True)
-class TaskStop:
-    """Where one task's rule stands: `n_episodes` counts once `reason` is not "running"."""
-
-    n_episodes: int | None  # the prefix that counts (None while running)
-    reason: Reason
-    width: float | None  # the Wilson interval's width (fraction) at the last prefix looked at
-    looked_at: int  # the longest finished prefix the rule has looked at (0: none yet)
+    def refresh(self) -> list[TaskKey]:
+        return []  # a function of this run's episodes alone
 
 
 def width(k: int, n: int) -> float | None:
@@ -105,7 +130,7 @@ class Stops:
     integer comparison per loop.
     """
 
-    def __init__(self, rule: StopRule, records: Iterable[EpisodeRecord] = ()) -> None:
+    def __init__(self, rule: Rule, records: Iterable[EpisodeRecord] = ()) -> None:
         self.rule = rule
         self.outcomes: dict[TaskKey, dict[int, bool | None]] = defaultdict(dict)
         self.cutoffs: dict[TaskKey, int] = {}
@@ -122,7 +147,13 @@ class Stops:
         if rec.episode_index in seen and (seen[rec.episode_index] is not None or not rec.ok):
             return False  # a duplicate, or a failure of a unit that has finished
         seen[rec.episode_index] = rec.success if rec.ok else None
-        stop = decide(self.rule, seen)
+        return self.redecide(key)
+
+    def redecide(self, key: TaskKey) -> bool:
+        """Ask the rule again about `key` (its own episodes, or the other run's, changed)."""
+        if key in self.cutoffs:
+            return False
+        stop = self.rule.decide(key, self.outcomes[key])
         if stop.n_episodes is None:
             return False
         self.cutoffs[key] = stop.n_episodes
@@ -145,14 +176,14 @@ class Applied:
     past_stop: dict[TaskKey, int]  # episodes logged past the stop (finished before it was known): not counted
 
 
-def apply(rule: StopRule, merged: Merged) -> Applied:
+def apply(rule: Rule, merged: Merged) -> Applied:
     """What counts of a merged run under `rule`: each task's decided prefix (all of it while
     the task has not stopped: a partial run shows what it has)."""
     outcomes: dict[TaskKey, dict[int, bool | None]] = defaultdict(dict)
     for rec in merged.records.values():
         outcomes[(rec.task_group, rec.task_id)][rec.episode_index] = rec.success if rec.ok else None
     keys = list(dict.fromkeys((u.task_group, u.task_id) for u in merged.plan))
-    stops = {key: decide(rule, outcomes[key]) for key in keys}
+    stops = {key: rule.decide(key, outcomes[key]) for key in keys}
 
     def counts(u: EpisodeUnit | EpisodeRecord) -> bool:
         cut = stops[(u.task_group, u.task_id)].n_episodes
@@ -172,7 +203,7 @@ def apply(rule: StopRule, merged: Merged) -> Applied:
     return Applied(kept, stops, dict(past))
 
 
-def stop_json(rule: StopRule, stop: TaskStop, past_stop: int) -> dict[str, Any]:
+def stop_json(rule: Rule, stop: TaskStop, past_stop: int) -> dict[str, Any]:
     """A task's `stop` entry in eval_info.json."""
     return {
         "reason": stop.reason,
@@ -181,4 +212,5 @@ def stop_json(rule: StopRule, stop: TaskStop, past_stop: int) -> dict[str, Any]:
         "saved": None if stop.n_episodes is None else rule.max_episodes - stop.n_episodes,
         "ci_width": stop.width,
         "ran_past_stop": past_stop,
+        **(stop.details or {}),
     }

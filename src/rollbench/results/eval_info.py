@@ -96,17 +96,18 @@ class EvalInfo:
 
 def build(
     merged: Merged, cfg: RunConfig, root: Path, how: ExecutionFacts,
-    command: list[str] | None = None, this_run_s: float | None = None,
+    command: list[str] | None = None, this_run_s: float | None = None, rule: adaptive.Rule | None = None,
 ) -> EvalInfo:
+    """`rule`: an adaptive run's stop rule (default: --eval.ci_width's, if given)."""
     descriptions = {u.task: cfg.env.task_description(u.task) for u in merged.plan}
-    rule = adaptive.StopRule.from_config(cfg.eval)
+    rule = rule or adaptive.StopRule.from_config(cfg.eval)
     body = summarize(merged, descriptions, root) if rule is None else _adaptive_body(rule, merged, descriptions, root)
     if len(cfg.seeds) > 1:
         seed_results(body, merged, cfg.seeds, cfg.eval.n_episodes)
     return EvalInfo(body, cfg.to_dict(), versions(cfg), how, command, this_run_s)
 
 
-def _adaptive_body(rule: adaptive.StopRule, merged: Merged, descriptions: dict[str, str], root: Path) -> dict[str, Any]:
+def _adaptive_body(rule: adaptive.Rule, merged: Merged, descriptions: dict[str, str], root: Path) -> dict[str, Any]:
     """Only each task's counted prefix, with why it stopped; the time of every episode run."""
     applied = adaptive.apply(rule, merged)
     body = summarize(applied.merged, descriptions, root)
@@ -119,7 +120,8 @@ def _adaptive_body(rule: adaptive.StopRule, merged: Merged, descriptions: dict[s
     stops = applied.stops.values()
     body["adaptive"] = {
         **rule.to_json(),
-        "tasks_stopped_early": sum(s.reason == "ci_width" and (s.n_episodes or 0) < rule.max_episodes for s in stops),
+        "tasks_stopped_early": sum(s.reason not in ("running", "max_episodes") and (s.n_episodes or 0) < rule.max_episodes
+                                   for s in stops),
         "tasks_running": sum(s.reason == "running" for s in stops),
         "episodes_saved": sum(rule.max_episodes - s.n_episodes for s in stops if s.n_episodes is not None),
         "episodes_ran_past_stop": sum(applied.past_stop.values()),

@@ -13,6 +13,8 @@ from rollbench.errors import ConfigError
 from rollbench.results.log import EPISODES_DIR
 
 MANIFEST = "run.json"
+#: --eval.* fields of an adaptive run's stop rule: no part of its identity, but `merge` reads them
+STOP_RULE_FIELDS = ("ci_width", "ci_block", "versus", "versus_alpha", "versus_margin")
 EVAL_INFO = "eval_info.json"
 
 
@@ -108,7 +110,7 @@ def prepare(output_dir: Path, identity: dict[str, Any], config: dict[str, Any], 
         continuing = True
         # the stop rule is no part of the identity (it changes no episode), but `merge` reads it from here
         before = (stored.get("config") or {}).get("eval") or {}
-        stop_rule_changed = any(before.get(k) != (config.get("eval") or {}).get(k) for k in ("ci_width", "ci_block"))
+        stop_rule_changed = any(before.get(k) != (config.get("eval") or {}).get(k) for k in STOP_RULE_FIELDS)
     elif not resume and episodes.exists():
         episodes.rename(output_dir / f".episodes-discarded-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
     if not continuing or not manifest.exists() or stop_rule_changed:

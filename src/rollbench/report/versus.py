@@ -1,0 +1,139 @@
+"""`--eval.versus=DIR`: stop each task once a sequential comparison against another run decides.
+
+    this run's records ──▶ Stops ──▶ VersusRule.decide(task): pairs (same task, same seed) of
+    DIR's log (read as it grows) ──┘     both runs' whole prefixes ──▶ sequential_test at alpha/T
+                                         ──▶ better / worse / equivalent at the first deciding look
+
+The decision is `report.sequential`'s test on the longest prefix of episode indices both runs
+have finished, so it is a function of the two runs' episodes alone: the same wherever and
+however either run ran, and the same in both runs when each names the other (the test is
+symmetric: B better than A is A worse than B). Two runs started together, each with
+`--eval.versus=` the other's directory, both stop at the decision; a run compared against a
+finished one (a baseline) stops as soon as the baseline's episodes decide it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rollbench.errors import ConfigError
+from rollbench.report import sequential
+from rollbench.results.adaptive import TaskKey, TaskStop
+from rollbench.results.log import LogTail
+from rollbench.results.records import EpisodeRecord
+from rollbench.results.store import MANIFEST
+
+log = logging.getLogger(__name__)
+
+
+class VersusRule:
+    def __init__(self, other: Path, identity: Mapping[str, Any], alpha: float, margin: float, block: int,
+                 max_episodes: int, n_tasks: int) -> None:
+        self.other_dir = other
+        self.alpha, self.margin, self.block, self.n_tasks = alpha, margin, block, n_tasks
+        self._max = max_episodes
+        self.other_max = _check_other(other, identity)
+        self.other: dict[TaskKey, dict[int, bool | None]] = defaultdict(dict)
+        self.tail = LogTail(other)
+        self.refresh()
+
+    @property
+    def max_episodes(self) -> int:
+        return self._max
+
+    def to_json(self) -> dict[str, Any]:
+        return {"versus": str(self.other_dir), "alpha": self.alpha, "margin": self.margin, "block": self.block,
+                "max_episodes": self._max}
+
+    def refresh(self) -> list[TaskKey]:
+        """Read what the other run logged since the last call; the tasks it changed."""
+        changed = set()
+        for rec in self.tail.new_records():
+            changed.add(self._take(rec))
+        return sorted(changed)
+
+    def _take(self, rec: EpisodeRecord) -> TaskKey:
+        key = (rec.task_group, rec.task_id)
+        have = self.other[key]
+        if rec.ok or have.get(rec.episode_index) is None:
+            have[rec.episode_index] = rec.success if rec.ok else None
+        return key
+
+    def decide(self, key: TaskKey, outcomes: Mapping[int, bool | None]) -> TaskStop:
+        a = self.other[key]
+        reach = min(self._max, self.other_max)  # pairs exist only where both runs have episodes
+        n = 0
+        while n < reach and n in a and n in outcomes:
+            n += 1
+        looked = n - n % self.block if n < reach else n
+        xa, xb, index = [], [], []
+        for i in range(looked):
+            if a[i] is not None and outcomes[i] is not None:  # a failed unit pairs with nothing
+                xa.append(bool(a[i]))
+                xb.append(bool(outcomes[i]))
+                index.append(i)
+        result = sequential.sequential_test(xa, xb, self.alpha / self.n_tasks, self.margin, self.block)
+        details = {"versus": {
+            "decision": result.decision, "n_pairs": result.n_pairs, "b_wins": result.b_wins,
+            "n_discordant": result.n_discordant, "e_value": result.e_value, "p_value": result.p_value,
+            "interval": list(result.interval), "alpha": result.alpha,
+        }}
+        if result.stopped_at is not None:
+            k = index[result.stopped_at - 1] + 1  # the prefix of episode indices those pairs came from
+            if k < self._max:
+                return TaskStop(k, result.decision, None, looked, details)  # type: ignore[arg-type]
+        if looked >= reach:
+            return TaskStop(self._max, "max_episodes", None, looked, details)
+        return TaskStop(None, "running", None, looked, details)
+
+
+#: two runs started together, each against the other: how long one waits for the other's run.json
+WAIT_FOR_OTHER_S = 60.0
+
+
+def _check_other(other: Path, identity: Mapping[str, Any]) -> int:
+    """The other run's --eval.n_episodes, once it is known to pair with this one."""
+    flag = f"--eval.versus={str(other)!r}"
+    deadline = time.monotonic() + WAIT_FOR_OTHER_S
+    if not (other / MANIFEST).exists():
+        log.info("waiting up to %.0f s for the run at %s to start (its %s)", WAIT_FOR_OTHER_S, other, MANIFEST)
+    while not (other / MANIFEST).exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    try:
+        theirs = json.loads((other / MANIFEST).read_text())["identity"]
+    except FileNotFoundError:
+        raise ConfigError(f"{flag}: no {MANIFEST} there after {WAIT_FOR_OTHER_S:.0f} s; name the --output_dir of a "
+                          f"rollbench eval run (started, running or finished)") from None
+    except (OSError, ValueError, KeyError) as err:
+        raise ConfigError(f"{flag}: cannot read {other / MANIFEST} ({err})") from None
+    for what in ("env", "seed", "seeds"):
+        if theirs.get(what) != identity.get(what):
+            raise ConfigError(
+                f"{flag} ran with another {'benchmark' if what == 'env' else what} ({theirs.get(what)!r}, here "
+                f"{identity.get(what)!r}); a sequential comparison pairs the episodes of the same task and seed"
+            )
+    if theirs.get("policy") == identity.get("policy"):
+        raise ConfigError(f"{flag} ran the same policy; compare two different ones")
+    return int(theirs["n_episodes"])
+
+
+def precheck(cfg: Any) -> None:
+    """Before anything is written: refuse another run that cannot pair with this one, if it
+    has started (one that has not is waited for when the run opens)."""
+    other = Path(cfg.eval.versus)
+    if (other / MANIFEST).exists():
+        _check_other(other, cfg.identity())
+
+
+def versus_rule(cfg: Any) -> VersusRule:
+    """The rule of `cfg` (a RunConfig with --eval.versus set)."""
+    ev = cfg.eval
+    n_tasks = sum(len(names) for names in cfg.env.tasks().values())
+    return VersusRule(Path(ev.versus), cfg.identity(), ev.versus_alpha, ev.versus_margin, ev.ci_block,
+                      ev.n_episodes, n_tasks)
