@@ -57,7 +57,7 @@ lint: $(VENV)/.installed-dev
 
 # The whole test suite (what CI runs).
 test: lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=40
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache .mypy_cache .ruff_cache
