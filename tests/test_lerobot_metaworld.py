@@ -55,7 +55,7 @@ pytestmark = [
 ]
 
 TASK = "drawer-close-v3"  # this policy closes the drawer in most episodes, after 10-30 steps, not in all
-EPISODES = 10
+EPISODES = 6  # 10 took 140 s of CI (480x480 frames on a CPU, both tools); 6 still has successes and failures
 LENGTH = 30
 SEED = 1000
 ALPHA = 0.01

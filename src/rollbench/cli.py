@@ -293,6 +293,13 @@ def adaptive_line(a: dict[str, Any], n_tasks: int, per_task: list[dict[str, Any]
     return line
 
 
+def dataset_line(d: dict[str, Any]) -> str:
+    """Where --eval.recording wrote its dataset, and how to load or push it."""
+    return (f"dataset: {d['episodes']} episodes ({d['record']}) in {d['root']}, repo id {d['repo_id']}: "
+            f"LeRobotDataset({d['repo_id']!r}, root={d['root']!r}); to share it: "
+            f"hf upload --repo-type=dataset {d['repo_id']} {d['root']}")
+
+
 def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
     from rollbench.lifecycle import run_eval
     from rollbench.results.summary import table
@@ -316,6 +323,8 @@ def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
     print(f"\n{outcome.ran} episodes run {outcome.how}; {info['status']} results in {outcome.output_dir / 'eval_info.json'}")
     if "adaptive" in info:
         print(adaptive_line(info["adaptive"], len(info["per_task"]), info["per_task"]))
+    if "dataset" in info:
+        print(dataset_line(info["dataset"]))
     if outcome.report is not None:
         print(f"report: {outcome.report}")
     if outcome.failed:
@@ -363,6 +372,8 @@ def cmd_merge(positional: list[str], flags: dict[str, str]) -> int:
     print(f"\nmerged into {root / 'eval_info.json'}: {info['status']}")
     if "adaptive" in info:
         print(adaptive_line(info["adaptive"], len(info["per_task"]), info["per_task"]))
+    if "dataset" in info:
+        print(dataset_line(info["dataset"]))
     if info["status"] != "complete":
         missing = info["missing_units"]
         shown = ", ".join(f"{m['task_group']}/{m['task']}#{m['episode_index']}" for m in missing[:10])

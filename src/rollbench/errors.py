@@ -74,3 +74,15 @@ def did_you_mean(word: str, choices: Iterable[str], show: Callable[[str], str] =
 def unknown_choice(flag: str, value: str, known: list[str] | tuple[str, ...], what: str) -> ConfigError:
     """`--flag='value' is not <what>. Did you mean 'x'? Known: ...` as a ConfigError to raise."""
     return ConfigError(f"{flag}={value!r} is not {what}.{did_you_mean(value, known)} Known: {', '.join(known)}")
+
+
+def message_line(err: BaseException, limit: int = 300) -> str:
+    """The first line of an error's message (its type's name when it has none), for errors
+    said in one line."""
+    lines = str(err).strip().splitlines()
+    return (lines[0] if lines else type(err).__name__)[:limit]
+
+
+def error_line(err: BaseException, limit: int = 300) -> str:
+    """`Type: first line of the message`."""
+    return f"{type(err).__name__}: {message_line(err, limit)}"

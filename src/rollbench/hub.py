@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from rollbench.errors import ConfigError
+from rollbench.errors import ConfigError, error_line
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -84,9 +84,9 @@ def download(repo_id: str, revision: str | None, where: str, patterns: Sequence[
             f"({cache_root()}); check the network, or set HF_HUB_OFFLINE=1 with a cache that holds it"
         ) from None
     except HfHubHTTPError as err:
-        raise ConfigError(f"{where}: the hub answered {_first_line(err)}") from None
+        raise ConfigError(f"{where}: the hub answered {error_line(err)}") from None
     except OSError as err:  # a cache that cannot be written, a full disk
-        raise ConfigError(f"{where}: cannot download {at} into {cache_root()} ({_first_line(err)})") from None
+        raise ConfigError(f"{where}: cannot download {at} into {cache_root()} ({error_line(err)})") from None
     return Path(folder)
 
 
@@ -108,7 +108,3 @@ def resolve(
         raise ConfigError(f"{where}: {repo_id} (commit {commit[:12]}) has no {', '.join(missing)}; {what}")
     return folder, commit
 
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}"

@@ -29,6 +29,15 @@ from rollbench.progress import Progress
 from rollbench.results import eval_info
 from rollbench.results.adaptive import Rule, StopRule, Stops
 from rollbench.results.adaptive import apply as apply_stops
+from rollbench.results.dataset import (
+    PartWriter,
+    dataset_root,
+    default_repo_id,
+    keeps,
+    merge_parts,
+    part_path,
+    sweep_parts,
+)
 from rollbench.results.eval_info import EvalInfo, ExecutionFacts
 from rollbench.results.log import DISK_FULL, EpisodeLog, LogTail, read_records, writer_name
 from rollbench.results.merge import Merged, merge
@@ -69,7 +78,13 @@ def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) 
     output_dir = Path(cfg.output_dir)
     continuing = prepare(output_dir, cfg.identity(), cfg.to_dict(), cfg.resume)
     merged = merge(read_records(output_dir), plan)
-    done = frozenset(merged.done_keys())
+    finished = merged.done_keys()
+    if cfg.eval.record_mode is not None:
+        sweep_parts(output_dir)  # half-written by a killed run; their episodes were not logged
+        # an episode logged without its frames (a run resumed with --eval.recording added) runs again
+        finished = {k for k in finished if not keeps(cfg.eval.record, merged.records[k])
+                    or part_path(output_dir, merged.records[k]).is_dir()}
+    done = frozenset(finished)
     todo = pending(units, done)
     rule = stop_rule(cfg)
     stops = None
@@ -86,17 +101,35 @@ def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) 
 def close_run(
     output_dir: Path, cfg: RunConfig, plan: list[EpisodeUnit], how: ExecutionFacts,
     command: list[str] | None = None, started: float | None = None, recursive: bool = False,
+    merge_dataset: bool = True,
 ) -> tuple[Merged, EvalInfo]:
     """Merge every log under `output_dir` into one EvalInfo and write it atomically; the
-    merged records that count (an adaptive run: each task's prefix, plan included)."""
+    merged records that count (an adaptive run: each task's prefix, plan included).
+    `merge_dataset`: a recorded run's parts are joined into its dataset (not by a shard
+    process: the launcher, or `rollbench merge`, joins every shard's)."""
     merged = merge(read_records(output_dir, recursive=recursive), plan)
     if merged.conflicts:
         log.warning("%d units have conflicting results in the logs; see eval_info.json 'conflicts'", len(merged.conflicts))
     took = time.time() - started if started is not None else None
     rule = stop_rule(cfg)
     info = eval_info.build(merged, cfg, output_dir, how, command, took, rule)
+    counted = merged if rule is None else apply_stops(rule, merged).merged
+    if cfg.eval.record_mode is not None and merge_dataset:
+        info.body["dataset"] = _merge_dataset(output_dir, cfg, counted)
     eval_info.write(output_dir, info)
-    return (merged if rule is None else apply_stops(rule, merged).merged), info
+    return counted, info
+
+
+def _merge_dataset(output_dir: Path, cfg: RunConfig, counted: Merged) -> dict[str, Any]:
+    """The recorded episodes that count, in plan order, as one LeRobot dataset."""
+    kept = [counted.records[u.key] for u in counted.plan
+            if u.key in counted.records and keeps(cfg.eval.record, counted.records[u.key])]
+    root = dataset_root(output_dir, cfg.eval.recording_root)
+    repo_id = cfg.eval.recording_repo_id or default_repo_id(output_dir)
+    t0 = time.monotonic()
+    n = merge_parts(output_dir, kept, root, repo_id)
+    log.info("dataset: %d episodes joined into %s in %.1f s", n, root, time.monotonic() - t0)
+    return {"root": str(root), "repo_id": repo_id, "episodes": n, "record": cfg.eval.record}
 
 
 def stop_rule(cfg: RunConfig) -> Rule | None:
@@ -130,7 +163,8 @@ def run_eval(
         run = open_run(cfg, plan, executor.share(cfg, plan))
         executor.start(run)
         ran = _drive(run, executor, progress_stream)
-        merged, info = close_run(run.output_dir, cfg, plan, executor.facts(), command, run.opened_at)
+        merged, info = close_run(run.output_dir, cfg, plan, executor.facts(), command, run.opened_at,
+                                 merge_dataset=executor.logs_itself or cfg.eval.num_shards == 1)
         if not executor.logs_itself:
             counted = {u.key for u in merged.plan}
             lost = [u for u in run.todo if u.key in counted and u.key not in merged.records]
@@ -187,18 +221,37 @@ def _drive(run: Run, executor: Executor, progress_stream: Any) -> int:
                     progress.set_total(_wanted(run))
                 progress.update(rec)
         else:
+            parts = _part_writer(run)
             with EpisodeLog(run.output_dir, writer) as episode_log:
-                for rec in records:
-                    if stops is not None:
-                        if peers is not None and peers.refresh():
-                            progress.set_total(_wanted(run))
-                        if not stops.wanted(rec):
-                            continue  # past its task's stop: cancelled, neither logged nor counted
+
+                def count(rec: EpisodeRecord) -> None:
+                    nonlocal ran
+                    if stops is not None and not stops.wanted(rec):
+                        return  # past its task's stop: cancelled, neither logged nor counted
                     episode_log.append(rec)  # fsync'ed: from here on it counts
                     ran += 1
                     if stops is not None and stops.observe(rec):
                         progress.set_total(_wanted(run))
                     progress.update(rec)
+
+                try:
+                    for rec in records:
+                        if stops is not None:
+                            if peers is not None and peers.refresh():
+                                progress.set_total(_wanted(run))
+                            if not stops.wanted(rec):
+                                continue
+                        if parts is not None and rec.frames is not None:
+                            parts.submit(rec)  # logged once its frames are on disk
+                        else:
+                            count(rec)
+                        for done in parts.ready() if parts is not None else ():
+                            count(done)
+                    for done in parts.ready(wait=True) if parts is not None else ():
+                        count(done)
+                finally:
+                    if parts is not None:
+                        parts.close()
     except KeyboardInterrupt:
         executor.stop()
         _close(records)
@@ -217,6 +270,16 @@ def _drive(run: Run, executor: Executor, progress_stream: Any) -> int:
         raise
     progress.close()
     return ran
+
+
+def _part_writer(run: Run) -> PartWriter | None:
+    """--eval.recording: the thread that writes each kept episode's frames before it is logged."""
+    cfg = run.cfg
+    if cfg.eval.record_mode is None:
+        return None
+    tasks = {u.task: cfg.env.task_description(u.task) for u in run.units}
+    repo_id = cfg.eval.recording_repo_id or default_repo_id(run.output_dir)
+    return PartWriter(run.output_dir, type(cfg.env).fps, repo_id, tasks)
 
 
 def _wanted(run: Run) -> int:

@@ -28,6 +28,34 @@ from rollbench.results.video import steps_per_frame
 DEFAULT_VIDEO_SIZE: int = EvalConfig.video_size  # the dataclass default, for callers without a config
 
 
+RECORD_MODES = ("all", "failures", "successes")
+
+
+class Frames:
+    """One episode's frames for a LeRobot dataset (--eval.recording), kept only while it runs:
+    frame t holds the observation the policy acted on (LeRobot keys, as the env gave it), the
+    action sent to the env, and what that step gave (next.reward, next.done, next.success)."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list[Any]] = {}
+        self._acted: tuple[Mapping[str, Any], Any] | None = None
+
+    def acted(self, features: Mapping[str, Any], action: Any) -> None:
+        self._acted = (features, action)
+
+    def stepped(self, reward: float, done: bool, success: bool) -> None:
+        assert self._acted is not None, "a step recorded without the action that made it"
+        features, action = self._acted
+        self._acted = None
+        row = {**features, "action": action, "next.reward": reward, "next.done": done, "next.success": success}
+        for key, value in row.items():
+            self.columns.setdefault(key, []).append(np.asarray(value))
+
+    def pack(self) -> dict[str, np.ndarray]:
+        """Every key's values stacked along time (one array each: cheap to send through a pipe)."""
+        return {key: np.stack(values) for key, values in self.columns.items()}
+
+
 @dataclass
 class EpisodeTracker:
     unit: EpisodeUnit
@@ -38,6 +66,12 @@ class EpisodeTracker:
     max_reward: float = -math.inf
     success: bool = False
     started: float = field(default_factory=time.monotonic)
+    record_mode: str | None = None  # --eval.recording: which episodes' frames to keep (RECORD_MODES)
+    frames: Frames | None = None
+
+    def __post_init__(self) -> None:
+        if self.record_mode is not None and self.frames is None:
+            self.frames = Frames()
 
     def update(self, reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any]) -> bool:
         """Account one step; True when the episode has ended."""
@@ -45,9 +79,22 @@ class EpisodeTracker:
         reward = float(reward)
         self.sum_reward += reward
         self.max_reward = max(self.max_reward, reward)
-        if self.success_rule(info):
+        succeeded = self.success_rule(info)
+        if succeeded:
             self.success = True
-        return bool(terminated or truncated or self.n_steps >= self.max_steps)
+        ended = bool(terminated or truncated or self.n_steps >= self.max_steps)
+        if self.frames is not None:
+            self.frames.stepped(reward, ended, bool(succeeded))
+        return ended
+
+    def kept_frames(self) -> dict[str, np.ndarray] | None:
+        """The episode's frames, if --eval.record keeps an episode that ended this way."""
+        mode = self.record_mode
+        if self.frames is None or mode is None:
+            return None
+        if mode == "all" or (mode == "failures") != self.success:
+            return self.frames.pack()
+        return None
 
     def record(self, worker: str, attempt: int = 0, video_path: str | None = None) -> EpisodeRecord:
         return EpisodeRecord.from_unit(
@@ -61,6 +108,7 @@ class EpisodeTracker:
             attempt=attempt,
             finished_at=time.time(),
             video_path=video_path,
+            frames=self.kept_frames(),
         )
 
 

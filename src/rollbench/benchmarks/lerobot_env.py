@@ -44,7 +44,7 @@ from rollbench.config.env import (
     success_from_info,
 )
 from rollbench.config.fields import opt
-from rollbench.errors import BenchmarkUnavailable, ConfigError, did_you_mean
+from rollbench.errors import BenchmarkUnavailable, ConfigError, did_you_mean, error_line
 
 log = logging.getLogger(__name__)
 
@@ -396,19 +396,14 @@ def lerobot_config(bench: LerobotEnvConfig) -> Any:
     return cfg
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else ""
-
-
 def _with_cause(err: BaseException) -> str:
     """`Type: message`, and the innermost cause's when there is one (draccus wraps the
     config's own ValueError in "Couldn't instantiate class ...")."""
     inner = err
     while inner.__cause__ is not None:
         inner = inner.__cause__
-    text = f"{type(err).__name__}: {_first_line(err)}"
-    return text if inner is err else f"{text}; {type(inner).__name__}: {_first_line(inner)}"
+    text = error_line(err)
+    return text if inner is err else f"{text}; {error_line(inner)}"
 
 
 def _missing_package(err: BaseException) -> str | None:
@@ -436,7 +431,7 @@ def lerobot_catalogue(bench: LerobotEnvConfig) -> dict[str, dict[int, EnvFactory
                 f"--env.name={bench.name}: LeRobot's env needs the Python package {missing!r}; "
                 f"install it with `pip install {missing.replace('_', '-')}`"
             ) from None
-        raise ConfigError(f"{where} failed ({type(err).__name__}: {_first_line(err)})") from None
+        raise ConfigError(f"{where} failed ({error_line(err)})") from None
 
 
 # -- LeRobot's observation path in numpy ------------------------------------------------------
@@ -579,7 +574,7 @@ class LerobotEnvConfig(BenchmarkConfig):
             flags = self.given_flags()
             raise ConfigError(
                 f"--env.name={self.name}: LeRobot cannot build task {task}{' with ' + flags if flags else ''} "
-                f"({type(err).__name__}: {_first_line(err)})"
+                f"({error_line(err)})"
             ) from err
 
     def make_task_env(self, task: str) -> gym.Env:

@@ -68,6 +68,20 @@ class EvalConfig:
         "video frames per second of simulated time: every k-th step is filmed (k = the benchmark's fps // "
         "video_fps, at least 1), and the last; videos play in real time. >= the benchmark's fps: every step",
     )
+    recording: bool = opt(
+        False,
+        "lerobot-eval's --eval.recording: write the episodes as a LeRobot dataset (observations as the env gave "
+        "them, actions, rewards, done, success, task; images as video): <output_dir>/dataset, or "
+        "--eval.recording_root; each episode is saved when it ends (docs/recording.md)",
+    )
+    recording_repo_id: str | None = opt(
+        None, "--eval.recording: the dataset's repo id (default rollbench/<output_dir's name>); lerobot-eval also "
+        "pushes it to the hub, rollbench writes it locally and prints the command that pushes it",
+    )
+    recording_root: str | None = opt(None, "--eval.recording: where the dataset is written (default <output_dir>/dataset)")
+    record: Literal["all", "failures", "successes"] = opt(
+        "all", "--eval.recording: which episodes go into the dataset (failures: to study or relabel them)"
+    )
     report: bool = opt(True, "write report.html at the end (charts, videos; ~0.5 s, most of it importing matplotlib)")
     shard_id: int = opt(0, "which shard of the plan this process runs (0-based)")
     num_shards: int = opt(1, "how many shards the plan is split into")
@@ -82,6 +96,10 @@ class EvalConfig:
                 f"--eval.ci_width={self.ci_width} is not allowed; it must be between 0 and 1 (the width of a 95% "
                 f"interval of the success rate, as a fraction: 0.1 = +-5 points)"
             )
+        if not self.recording and (self.record != "all" or self.recording_repo_id or self.recording_root):
+            given = next(f for f, v in (("--eval.record", self.record != "all"), ("--eval.recording_repo_id",
+                         self.recording_repo_id), ("--eval.recording_root", self.recording_root)) if v)
+            raise ConfigError(f"{given} belongs to a recorded run; add --eval.recording=true")
         if self.versus is not None and self.ci_width is not None:
             raise ConfigError("--eval.versus and --eval.ci_width are two stop rules; give one of them")
         if not 0 < self.versus_alpha < 1:
@@ -120,6 +138,11 @@ class EvalConfig:
             raise ConfigError(f"--eval.max_retries={self.max_retries} is not allowed; it must be >= 0")
         if not self.step_timeout_s > 0:
             raise ConfigError(f"--eval.step_timeout_s={self.step_timeout_s} is not allowed; it must be > 0")
+
+    @property
+    def record_mode(self) -> str | None:
+        """Which episodes' frames are kept (None: not recording)."""
+        return self.record if self.recording else None
 
     @property
     def envs_per_batch(self) -> int:

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollbench.config.run import RunConfig
-from rollbench.errors import ConfigError, PolicyError, WorkerError
+from rollbench.errors import ConfigError, PolicyError, WorkerError, message_line
 from rollbench.executors.base import Executor, Run
 from rollbench.plan import EpisodeUnit
 from rollbench.rendering import choose_backend
@@ -104,7 +104,7 @@ class RolloutActor:
         self.watch = SlotBuffer(None, n_slots, path)  # the worker's heartbeat, read by `silent_s`
         spec = WorkerSpec(
             index=0, n_slots=n_slots, benchmark=cfg.env, policy=cfg.policy, layout=None, buffer_path=path,
-            log_path=os.devnull, gl_backend=gl_backend, video=video_plan(cfg),
+            log_path=os.devnull, gl_backend=gl_backend, video=video_plan(cfg), record_mode=cfg.eval.record_mode,
         )
         self.inbox = _Inbox()
         self.worker = Worker(spec, self.inbox)
@@ -328,7 +328,7 @@ class RayExecutor(Executor):
                         elif attempt < max_retries:  # it took its actor down alone: that costs it a retry
                             suspects.append((unit, attempt + 1))
                         else:
-                            how = a.hung or f"died while running {unit.label()}: {_first_line(err)}"
+                            how = a.hung or f"died while running {unit.label()}: {message_line(err)}"
                             cause = f"ray actor {a.index} {how}"
                             yield EpisodeRecord.failed(unit, cause, f"ray{a.index}", attempt)
                     continue
@@ -380,7 +380,7 @@ class RayExecutor(Executor):
                 f"ray actor {a.index} {'failed to start' if init_failed else 'keeps dying before it answers'}: "
                 f"{_cause(err)}"
             )
-        log.warning("ray actor %d died (%s); starting a replacement", a.index, _first_line(err))
+        log.warning("ray actor %d died (%s); starting a replacement", a.index, message_line(err))
         self.actors[a.index] = self._spawn(a.index, a.generation + 1)
         return fruitless
 
@@ -476,12 +476,7 @@ def _cause(err: BaseException) -> str:
     where = next((ln.strip() for ln in lines if "ip=" in ln or "pid=" in ln), "")
     if raised:
         return raised[-1] + (f" ({where[:200]})" if where else "")
-    return _first_line(err)
-
-
-def _first_line(err: BaseException, limit: int = 300) -> str:
-    text = str(err).strip()
-    return (text.splitlines()[0] if text else type(err).__name__)[:limit]
+    return message_line(err)
 
 
 def _fatal(err: Any) -> Exception:

@@ -34,7 +34,7 @@ import numpy as np
 
 from rollbench import timeline
 from rollbench.config.policy import PolicyConfig
-from rollbench.errors import ConfigError, PolicyError, did_you_mean
+from rollbench.errors import ConfigError, PolicyError, did_you_mean, error_line
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext
 from rollbench.policies.hub import REQUIRED_FILES, checkpoint_dir
 
@@ -95,11 +95,6 @@ def _lerobot_version() -> str:
         return "unknown"
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}"
-
-
 def check_checkpoint_dir(conf: PolicyConfig) -> Path:
     """The checkpoint's directory (a hub id's cached snapshot), with every file it needs."""
     path = conf.path
@@ -124,7 +119,7 @@ def read_config(ckpt: Path) -> dict[str, Any]:
     try:
         raw = json.loads((ckpt / "config.json").read_text())
     except (OSError, ValueError) as err:
-        raise ConfigError(f"--policy.path={ckpt}: config.json is not readable JSON ({_first_line(err)})") from err
+        raise ConfigError(f"--policy.path={ckpt}: config.json is not readable JSON ({error_line(err)})") from err
     if not isinstance(raw, dict):
         raise ConfigError(f"--policy.path={ckpt}: config.json holds a {type(raw).__name__}, not LeRobot's policy config")
     return raw
@@ -171,7 +166,7 @@ def defer_policies_init() -> None:
         lerobot.policies = module  # type: ignore[attr-defined]
 
 
-def import_config_class(ptype: Any, ckpt: Path) -> None:
+def import_config_class(ptype: Any) -> None:
     """Register the config class of `ptype` with LeRobot (only its module for LIGHT types)."""
     if ptype in LIGHT:
         defer_policies_init()
@@ -215,7 +210,7 @@ def load_config(ckpt: Path, raw: Mapping[str, Any], options: Mapping[str, str], 
     try:
         return PreTrainedConfig.from_pretrained(str(ckpt), cli_overrides=overrides)
     except (Exception, SystemExit) as err:  # draccus exits on a bad value; the config validates in __post_init__
-        raise ConfigError(f"--policy.path={ckpt}: cannot build its {ptype!r} config with {' '.join(overrides)} ({_first_line(err)})") from None
+        raise ConfigError(f"--policy.path={ckpt}: cannot build its {ptype!r} config with {' '.join(overrides)} ({error_line(err)})") from None
 
 
 def load_policy(cfg: Any, ckpt: Path) -> tuple[Any, Any, Any]:
@@ -316,10 +311,10 @@ class LeRobotPolicy(Policy):
         try:
             import torch
 
-            import_config_class(raw.get("type"), ckpt)
+            import_config_class(raw.get("type"))
             timeline.mark("lerobot_imported")
         except ImportError as err:
-            raise ConfigError(f"--policy.type=lerobot needs lerobot and torch ({_first_line(err)}); {INSTALL_HINT}") from None
+            raise ConfigError(f"--policy.type=lerobot needs lerobot and torch ({error_line(err)}); {INSTALL_HINT}") from None
         if conf.device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError(f"--policy.device={conf.device}: torch sees no CUDA device here")
         if conf.device == "mps" and not torch.backends.mps.is_available():
@@ -370,7 +365,7 @@ class LeRobotPolicy(Policy):
             timeline.mark("policy_ready")
         except Exception as err:  # unknown processor step, mismatched weights, ...: the checkpoint's
             self._load_error = ConfigError(
-                f"--policy.path={ckpt}: lerobot {_lerobot_version()} cannot load it ({_first_line(err)}); "
+                f"--policy.path={ckpt}: lerobot {_lerobot_version()} cannot load it ({error_line(err)}); "
                 f"a checkpoint from a newer LeRobot needs that LeRobot"
             )
 

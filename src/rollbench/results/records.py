@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from rollbench.plan import EpisodeUnit, UnitKey
@@ -34,6 +34,8 @@ class EpisodeRecord:
     finished_at: float = 0.0  # unix time the episode ended
     video_path: str | None = None  # relative to the output dir
     writer: str = ""  # the log file (process) that wrote it; filled in on read
+    #: --eval.recording: the episode's frames on their way to the dataset (never in the log)
+    frames: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_unit(cls, unit: EpisodeUnit, **kwargs: Any) -> EpisodeRecord:
@@ -66,8 +68,9 @@ class EpisodeRecord:
         return (self.status, self.success, self.sum_reward, self.max_reward, self.n_steps, self.seed)
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = asdict(replace(self, frames=None))
         data.pop("writer")
+        data.pop("frames")
         data["sum_reward"] = _finite(self.sum_reward)
         data["max_reward"] = _finite(self.max_reward)
         data["v"] = SCHEMA_VERSION

@@ -78,14 +78,14 @@ class StepContext:
     def processors(self) -> tuple[Any, Any]:
         return self.benchmark.get_env_processors()
 
-    def act(self, policy: Policy, obs: Any, slots: Sequence[int], descriptions: Sequence[str]) -> np.ndarray:
+    def act(self, policy: Policy, obs: Any, slots: Sequence[int], prompts: Sequence[str]) -> np.ndarray:
         """Observations (as the env returned them, batched) -> validated env actions."""
         pre, post = self.processors  # built once: this runs every step
         batch: dict[str, Any] = pre(self.benchmark.to_features(obs))
         renames = self.renames
         if renames:  # --rename_map: the keys the policy was trained on
             batch = {renames.get(k, k): v for k, v in batch.items()}
-        batch["task"] = list(descriptions)
+        batch["task"] = list(prompts)
         try:
             raw = policy.act(batch, slots)
         except (PolicyError, EpisodesLost, ConfigError):  # EpisodesLost: the scheduler runs those episodes again;
@@ -104,8 +104,15 @@ def take_rows(batch: Any, rows: Sequence[int]) -> Any:
     return np.asarray(batch)[np.asarray(rows, dtype=np.intp)]
 
 
+def take_row(batch: Any, row: int) -> Any:
+    """Row `row` of a batched observation, without the batch axis."""
+    if isinstance(batch, dict):
+        return {k: take_row(v, row) for k, v in batch.items()}
+    return np.asarray(batch)[row]
+
+
 def act_surviving(
-    ctx: StepContext, policy: Policy, batch: Any, slots: Sequence[int], descriptions: Sequence[str],
+    ctx: StepContext, policy: Policy, batch: Any, slots: Sequence[int], prompts: Sequence[str],
 ) -> tuple[dict[int, np.ndarray], dict[int, str]]:
     """({row: action}, {row: why}): actions for the rows whose episodes the policy still
     has; rows it lost (`EpisodesLost`) are named with the reason, and the call is made
@@ -115,7 +122,7 @@ def act_surviving(
     while rows:
         part = batch if len(rows) == len(slots) else take_rows(batch, rows)
         try:
-            out = ctx.act(policy, part, [slots[r] for r in rows], [descriptions[r] for r in rows])
+            out = ctx.act(policy, part, [slots[r] for r in rows], [prompts[r] for r in rows])
         except EpisodesLost as err:
             gone = {r for r in rows if slots[r] in err.slots}
             if not gone:

@@ -304,7 +304,7 @@ class ContinuousScheduler(WorkerPool):
     def _infer_and_send(self, group: list[WorkerHandle]) -> None:
         assert self.policy is not None
         k = self.opts.slots_per_worker
-        parts, slots, descriptions, owners = [], [], [], []
+        parts, slots, prompts, owners = [], [], [], []
         for w in group:
             running = w.running()
             if not running:
@@ -315,7 +315,7 @@ class ContinuousScheduler(WorkerPool):
                 parts.extend(self._obs[w.index][i] for i in running)
             for i in running:
                 slots.append(w.index * k + i)
-                descriptions.append(self.ctx.benchmark.policy_task(w.slots[i][0][0].task))
+                prompts.append(self.ctx.benchmark.policy_task(w.slots[i][0][0].task))
                 owners.append((w, i))
         actions: dict[int, dict[int, Any]] = {w.index: {} for w in group}
         abandon: dict[int, list[tuple[int, str]]] = {w.index: [] for w in group}
@@ -326,7 +326,7 @@ class ContinuousScheduler(WorkerPool):
                 hi = min(lo + bound, len(slots))
                 part = batch if bound >= len(slots) else _rows(batch, lo, hi)
                 # episodes the policy lost (its server restarted) end as errors and run again
-                got, lost = act_surviving(self.ctx, self.policy, part, slots[lo:hi], descriptions[lo:hi])
+                got, lost = act_surviving(self.ctx, self.policy, part, slots[lo:hi], prompts[lo:hi])
                 for r, a in got.items():
                     w, i = owners[lo + r]
                     actions[w.index][i] = a

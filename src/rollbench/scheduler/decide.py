@@ -45,7 +45,8 @@ class Schedule:
     def lockstep_options(self, cfg: RunConfig) -> LockstepOptions:
         assert self.mode == "lockstep" and self.envs_per_batch is not None
         pool = self._pool(cfg) if self.isolation == "process" and self.workers else None
-        return LockstepOptions(self.envs_per_batch, self.use_async_envs, cfg.eval.max_parallel_tasks, video_plan(cfg), pool)
+        return LockstepOptions(self.envs_per_batch, self.use_async_envs, cfg.eval.max_parallel_tasks, video_plan(cfg), pool,
+                               cfg.eval.record_mode)
 
     def pool_options(self, cfg: RunConfig) -> PoolOptions:
         assert self.mode == "continuous"
@@ -56,7 +57,7 @@ class Schedule:
             workers=self.workers, slots_per_worker=self.slots_per_worker, placement=self.placement,
             max_retries=cfg.eval.max_retries, step_timeout_s=cfg.eval.step_timeout_s,
             log_dir=Path(cfg.output_dir) / "logs", gl_backend=self.gl_backend, video=video_plan(cfg),
-            max_rows_per_call=self.max_rows_per_call,
+            max_rows_per_call=self.max_rows_per_call, record_mode=cfg.eval.record_mode,
         )
 
 

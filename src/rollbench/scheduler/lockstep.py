@@ -38,7 +38,7 @@ from rollbench.results.adaptive import Stops
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.video import VideoRecorder
 from rollbench.rollout import EpisodeTracker, VideoPlan, grab_frame, split_vector_info
-from rollbench.scheduler.common import StepContext
+from rollbench.scheduler.common import StepContext, take_row
 from rollbench.scheduler.pool import PoolOptions, WorkerHandle, WorkerPool, flat_layout, retry_or_fail
 from rollbench.scheduler.shm import stack_any
 from rollbench.scheduler.worker import SlotError
@@ -53,6 +53,7 @@ class LockstepOptions:
     max_parallel_tasks: int = 1  # tasks run at once, in threads
     video: VideoPlan | None = None
     pool: PoolOptions | None = None  # set: the envs step in env workers (per task runner); None: here
+    record_mode: str | None = None  # --eval.recording (same-process batches; env workers keep their own)
 
 
 def _by_task(units: Sequence[EpisodeUnit]) -> Iterator[list[EpisodeUnit]]:
@@ -212,9 +213,10 @@ class _Lockstep:
         set_episode_index(ctx.benchmark, vec, [u.env_index for u in padded])
         obs, _ = vec.reset(seed=[u.seed for u in padded])
         policy.reset(slots, [ctx.episode_start(u) for u in padded])
-        descriptions = [ctx.benchmark.policy_task(u.task) for u in padded]
+        prompts = [ctx.benchmark.policy_task(u.task) for u in padded]
         rule = ctx.benchmark.success
-        trackers = [EpisodeTracker(u, ctx.benchmark.effective_max_steps(u.task), rule) for u in chunk]
+        trackers = [EpisodeTracker(u, ctx.benchmark.effective_max_steps(u.task), rule, record_mode=self.opts.record_mode)
+                    for u in chunk]
         active = np.array([i < len(chunk) for i in range(n_envs)])
         filmed = [i for i, u in enumerate(chunk) if rec is not None and rec.plan.wants(u)]
         grab = rec.grabber(vec, chunk[0].task) if rec is not None and filmed else None
@@ -224,7 +226,13 @@ class _Lockstep:
             for i, frame in zip(filmed, grab(filmed), strict=True):
                 rec.recorder.add((chunk[i].key, slot_base), frame)
         while active.any():
-            actions = ctx.act(policy, obs, slots, descriptions)
+            actions = ctx.act(policy, obs, slots, prompts)
+            if self.opts.record_mode is not None:
+                features = ctx.benchmark.to_features(obs)
+                for i in np.flatnonzero(active):
+                    frames = trackers[i].frames
+                    assert frames is not None
+                    frames.acted(take_row(features, int(i)), actions[i])
             obs, rewards, terminated, truncated, info = vec.step(actions)
             infos = split_vector_info(info, n_envs)
             ended = [
@@ -304,14 +312,14 @@ class LockstepPool(WorkerPool):
         first = chunk[0][0]
         slots = list(range(slot_base, slot_base + n_envs))
         policy.reset(slots, [ctx.episode_start(r.unit) for r in rows] + [ctx.episode_start(first)] * (n_envs - len(rows)))
-        descriptions = [ctx.benchmark.policy_task(first.task)] * n_envs
+        prompts = [ctx.benchmark.policy_task(first.task)] * n_envs
         while any(r.state == "running" for r in rows):
             filler = next(r.obs for r in rows if r.obs is not None)
             lead = rows[0].obs if rows[0].obs is not None else filler
             # a short batch is padded to its shape with the first row's observation
             obs = [r.obs if r.obs is not None else filler for r in rows] + [lead] * (n_envs - len(rows))
             try:
-                actions = ctx.act(policy, stack_any(obs), slots, descriptions)
+                actions = ctx.act(policy, stack_any(obs), slots, prompts)
             except EpisodesLost as lost:
                 # the policy's state is the batch's: every running row starts again, later
                 for w in self.workers:

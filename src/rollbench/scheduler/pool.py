@@ -50,6 +50,7 @@ class PoolOptions:
     gl_backend: str  # MUJOCO_GL of every worker
     video: VideoPlan | None = None
     max_rows_per_call: int | None = None  # driver placement: --policy.max_batch_size
+    record_mode: str | None = None  # --eval.recording: whose frames the workers keep (rollout.RECORD_MODES)
 
 
 @dataclass
@@ -173,7 +174,7 @@ class WorkerPool:
             index=index, n_slots=k, benchmark=self.ctx.benchmark,
             policy=self.ctx.policy_config if self.opts.placement == "worker" else None,
             layout=self.layout, buffer_path=path, log_path=str(log_path), gl_backend=self.opts.gl_backend,
-            video=self.opts.video,
+            video=self.opts.video, record_mode=self.opts.record_mode,
         )
         with open(log_path, "a", encoding="utf-8") as fh:
             fh.write(f"--- worker {index} starting at {time.strftime('%H:%M:%S')} ---\n")

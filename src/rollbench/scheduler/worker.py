@@ -56,6 +56,7 @@ class WorkerSpec:
     gl_backend: str = "egl"  # MUJOCO_GL, set before anything in the worker imports MuJoCo
     video: VideoPlan | None = None
     env_cache: int = 4  # idle envs kept per worker, across tasks
+    record_mode: str | None = None  # --eval.recording: keep the frames of these episodes (rollout.RECORD_MODES)
 
 
 @dataclass
@@ -188,7 +189,9 @@ class Worker:
             unit, attempt = slot.queue.popleft()
             if slot.task != unit.task:
                 self._release(slot)
-            slot.tracker = EpisodeTracker(unit, self.bench.effective_max_steps(unit.task), self.bench.success)
+            slot.tracker = EpisodeTracker(
+                unit, self.bench.effective_max_steps(unit.task), self.bench.success, record_mode=self.spec.record_mode
+            )
             slot.attempt = attempt
             self.buffer.touch(i)
             try:
@@ -208,6 +211,8 @@ class Worker:
     def _step(self, i: int, action: Any, report: Report) -> None:
         slot = self.slots[i]
         assert slot.tracker is not None
+        if slot.tracker.frames is not None:
+            slot.tracker.frames.acted(self.bench.to_features(slot.obs), action)
         self.buffer.touch(i)
         try:
             obs, reward, terminated, truncated, info = slot.env.step(action)
@@ -329,9 +334,9 @@ class Worker:
             if running:
                 obs = [self.slots[i].obs for i in running]
                 batch = self._stack(obs) if layout is not None else _stack_any(obs)
-                descriptions = [self.bench.policy_task(self.slots[i].task or "") for i in running]
+                prompts = [self.bench.policy_task(self.slots[i].task or "") for i in running]
                 try:
-                    actions = self.ctx.act(self.policy, batch, [self.base_slot + i for i in running], descriptions)
+                    actions = self.ctx.act(self.policy, batch, [self.base_slot + i for i in running], prompts)
                 except EpisodesLost as lost:
                     gone = [i for i in running if self.base_slot + i in lost.slots]
                     if not gone:

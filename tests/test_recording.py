@@ -1,0 +1,170 @@
+"""`--eval.recording`: the episodes as a LeRobot dataset, written with LeRobot's own writer and
+read back with `LeRobotDataset(repo_id, root=DIR)`: as many episodes as kept, as many frames
+as steps, the actions the policy sent, success as logged; durable across a kill, the same
+for shards, and filtered by `--eval.record`."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import load_info, per_episode, run_subprocess
+
+pytest.importorskip("lerobot.datasets.lerobot_dataset")
+
+FAKE = ("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=4", "--eval.recording=true",
+        "--eval.report=false")
+
+
+def load(out: Path) -> tuple[Any, dict[str, np.ndarray]]:
+    """The run's dataset, loaded as a user would (offline), and its non-video columns."""
+    import os
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    info = load_info(out)["dataset"]
+    ds = LeRobotDataset(info["repo_id"], root=info["root"])
+    columns = {k: np.asarray(ds.hf_dataset[k]) for k in ds.hf_dataset.column_names}
+    return ds, columns
+
+
+def random_actions(seed: int, n: int, low: float = -1.0, high: float = 1.0, dim: int = 2) -> np.ndarray:
+    """What the random policy sends in an episode of seed `seed` (one generator per episode)."""
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.uniform(np.full(dim, low, np.float32), np.full(dim, high, np.float32)).astype(np.float32)
+                     for _ in range(n)])
+
+
+def plan_order(out: Path) -> list[tuple[str, int, int]]:
+    """The run's episodes in plan order (eval_info's tasks in order, each in episode order)."""
+    return [(t["task_group"], t["task_id"], i) for t in load_info(out)["per_task"] for i in t["metrics"]["episode_ix"]]
+
+
+def check_against_log(out: Path, columns: dict[str, np.ndarray], kept: set[tuple[int, int]] | None = None) -> None:
+    """Episode by episode, in plan order: frames = n_steps, success = the log's, seed and index."""
+    episodes = per_episode(out)  # (group, task_id, index) -> (success, sum, max, n_steps, seed)
+    want = [k for k in plan_order(out) if kept is None or (k[1], k[2]) in kept]
+    ep = columns["episode_index"]
+    assert sorted(set(ep.tolist())) == list(range(len(want)))
+    for j, key in enumerate(want):
+        rows = ep == j
+        success, total, _, n_steps, seed = episodes[key]
+        assert rows.sum() == n_steps, key
+        assert set(columns["episode_seed"][rows].ravel().tolist()) == {seed}
+        assert set(columns["episode_index_in_run"][rows].ravel().tolist()) == {key[2]}
+        assert bool(columns["next.success"][rows].any()) == success, key
+        assert columns["next.done"][rows].ravel().tolist() == [False] * (n_steps - 1) + [True]
+        assert np.isclose(columns["next.reward"][rows].sum(), total, atol=1e-3)
+        assert columns["frame_index"][rows].tolist() == list(range(n_steps))
+
+
+def test_a_recorded_run_loads_as_a_lerobot_dataset(tmp_path: Path) -> None:
+    res = run_subprocess(*FAKE, "--workers=2", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    ds, columns = load(tmp_path)
+    assert ds.meta.total_episodes == 12
+    check_against_log(tmp_path, columns)
+    assert {"observation.state", "observation.environment_state", "action"} <= set(ds.meta.features)
+    # the actions are the ones the policy sent: the random policy's generator of each episode
+    episodes = per_episode(tmp_path)
+    for j, key in enumerate(plan_order(tmp_path)):
+        rows = columns["episode_index"] == j
+        _, _, _, n_steps, seed = episodes[key]
+        np.testing.assert_array_equal(columns["action"][rows], random_actions(seed, n_steps), err_msg=str(key))
+    tasks = {ds[int(np.flatnonzero(columns["episode_index"] == j)[0])]["task"] for j in range(12)}
+    assert len(tasks) == 3  # each task's description, per frame
+    assert load_info(tmp_path)["dataset"]["episodes"] == 12
+    for path in (tmp_path / "episodes").glob("*.jsonl"):  # frames go to the dataset, never to the log
+        for line in path.read_text().splitlines():
+            assert "frames" not in json.loads(line)
+
+
+def test_pusht_pixels_in_lockstep_batches_smaller_than_the_run(tmp_path: Path) -> None:
+    """lerobot-eval's recording crashed on its second batch (its issues #4552, #4622)."""
+    import av
+
+    res = run_subprocess("eval", "--env.type=pusht", "--env.obs_type=pixels_agent_pos", "--policy.type=random",
+                         "--eval.n_episodes=3", "--eval.mode=lockstep", "--eval.batch_size=2", "--env.episode_length=15",
+                         "--eval.recording=true", "--eval.report=false", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    ds, columns = load(tmp_path)
+    assert ds.meta.total_episodes == 3
+    check_against_log(tmp_path, columns)
+    assert ds.meta.features["observation.image"]["dtype"] == "video"
+    assert ds.meta.features["observation.image"]["shape"] == (96, 96, 3)
+    episodes = per_episode(tmp_path)
+    for j, key in enumerate(plan_order(tmp_path)):
+        rows = columns["episode_index"] == j
+        _, _, _, n_steps, seed = episodes[key]
+        np.testing.assert_array_equal(columns["action"][rows], random_actions(seed, n_steps, 0.0, 512.0))
+    videos = sorted(Path(ds.root).glob("videos/observation.image/**/*.mp4"))
+    with av.open(str(videos[0])) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 3 * 15  # every step's frame, all episodes
+
+
+@pytest.mark.metaworld
+def test_metaworld_expert_in_lockstep_batches(tmp_path: Path) -> None:
+    res = run_subprocess("eval", "--env.type=metaworld", "--env.task=reach-v3,push-v3", "--policy.type=expert",
+                         "--eval.n_episodes=3", "--eval.mode=lockstep", "--eval.batch_size=2", "--eval.recording=true",
+                         "--eval.report=false", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    ds, columns = load(tmp_path)
+    assert ds.meta.total_episodes == 6 and ds.meta.fps == 80
+    check_against_log(tmp_path, columns)
+
+
+def test_a_killed_recorded_run_resumes_to_the_clean_runs_dataset(tmp_path: Path) -> None:
+    from test_resume import start_and_stop
+
+    args = (*FAKE, "--workers=1", "--env.step_sleep_s=0.01")
+    clean = run_subprocess(*args, f"--output_dir={tmp_path / 'clean'}")
+    assert clean.rc == 0, clean.err
+    rc, _, logged = start_and_stop(args, tmp_path / "killed", signal.SIGKILL, after_lines=4)
+    assert rc == -signal.SIGKILL and 4 <= logged < 12
+    res = run_subprocess(*args, f"--output_dir={tmp_path / 'killed'}")
+    assert res.rc == 0, res.err
+    _, a = load(tmp_path / "clean")
+    _, b = load(tmp_path / "killed")
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_record_failures_keeps_exactly_the_failed_episodes(tmp_path: Path) -> None:
+    res = run_subprocess(*FAKE, "--eval.record=failures", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    failed = {(k[1], k[2]) for k, v in per_episode(tmp_path).items() if not v[0]}
+    assert 0 < len(failed) < 12
+    _, columns = load(tmp_path)
+    check_against_log(tmp_path, columns, kept=failed)
+    assert load_info(tmp_path)["dataset"]["record"] == "failures"
+
+
+def test_shards_write_their_parts_and_the_launcher_joins_them(tmp_path: Path) -> None:
+    res = run_subprocess(*FAKE, "--eval.num_shards=2", "--launch=local", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    _, columns = load(tmp_path)
+    check_against_log(tmp_path, columns)
+
+
+def test_an_adaptive_recorded_run_keeps_only_the_counted_prefix(tmp_path: Path) -> None:
+    res = run_subprocess("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=20", "--eval.ci_width=0.45",
+                         "--eval.recording=true", "--eval.report=false", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    info = load_info(tmp_path)
+    _, columns = load(tmp_path)
+    assert info["dataset"]["episodes"] == info["overall"]["n_episodes"] < 60
+    check_against_log(tmp_path, columns)
+
+
+@pytest.mark.parametrize("flag", ["--eval.record=failures", "--eval.recording_repo_id=me/x", "--eval.recording_root=/tmp/x"])
+def test_recording_flags_without_recording_are_refused(tmp_path: Path, flag: str) -> None:
+    res = run_subprocess("eval", "--env.type=fake", "--policy.type=random", flag, f"--output_dir={tmp_path}")
+    assert res.rc == 2 and "add --eval.recording=true" in res.err and flag.split("=")[0] in res.err
+    assert not (tmp_path / "run.json").exists()
