@@ -168,3 +168,47 @@ def test_recording_flags_without_recording_are_refused(tmp_path: Path, flag: str
     res = run_subprocess("eval", "--env.type=fake", "--policy.type=random", flag, f"--output_dir={tmp_path}")
     assert res.rc == 2 and "add --eval.recording=true" in res.err and flag.split("=")[0] in res.err
     assert not (tmp_path / "run.json").exists()
+
+
+class _Hub:
+    """The hub's side of a push, at the network edge: what LeRobot's push_to_hub asked for."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> None:
+        import huggingface_hub
+        from huggingface_hub import repocard
+
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+        def record(name: str) -> Any:
+            def call(_self: Any, *args: Any, **kwargs: Any) -> None:
+                if fail:
+                    raise ConnectionError("the hub is not reachable from here")
+                self.calls.append((name, {**dict(enumerate(args)), **kwargs}))
+            return call
+
+        for name in ("create_repo", "upload_folder", "create_tag", "delete_tag"):
+            monkeypatch.setattr(huggingface_hub.HfApi, name, record(name))
+        monkeypatch.setattr(repocard.RepoCard, "push_to_hub", record("card"))
+
+
+def test_a_repo_id_pushes_the_dataset_as_lerobot_eval_does(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hub = _Hub(monkeypatch)
+    res = cli("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=2", "--eval.recording=true",
+              "--eval.recording_repo_id=me/rollouts", "--eval.recording_private=true", "--eval.report=false",
+              f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    calls = dict(hub.calls)
+    assert calls["create_repo"]["repo_id"] == "me/rollouts" and calls["create_repo"]["private"] is True
+    assert Path(calls["upload_folder"]["folder_path"]) == tmp_path / "dataset"
+    assert load_info(tmp_path)["dataset"]["repo_id"] == "me/rollouts"
+
+
+def test_a_failed_push_keeps_the_dataset_and_says_how_to_push_it(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _Hub(monkeypatch, fail=True)
+    res = cli("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=2", "--eval.recording=true",
+              "--eval.recording_repo_id=me/rollouts", "--eval.report=false", f"--output_dir={tmp_path}")
+    assert res.rc == 1
+    assert "the push to the hub failed (ConnectionError: the hub is not reachable from here)" in res.err
+    assert f"hf upload --repo-type=dataset me/rollouts {tmp_path / 'dataset'}" in res.err
+    ds, _ = load(tmp_path)
+    assert ds.meta.total_episodes == 6

@@ -38,6 +38,7 @@ from rollbench.results.dataset import (
     part_path,
     sweep_parts,
 )
+from rollbench.results.dataset import push as push_dataset
 from rollbench.results.eval_info import EvalInfo, ExecutionFacts
 from rollbench.results.log import DISK_FULL, EpisodeLog, LogTail, read_records, writer_name
 from rollbench.results.merge import Merged, merge
@@ -120,6 +121,17 @@ def close_run(
     return counted, info
 
 
+def _push_dataset(cfg: RunConfig, info: EvalInfo) -> list[str]:
+    """--eval.recording_repo_id: the joined dataset, pushed to the hub (lerobot-eval's meaning)."""
+    d = info.body.get("dataset")
+    if not d or not cfg.eval.recording_repo_id or not d["episodes"]:
+        return []
+    problem = push_dataset(Path(cfg.output_dir), Path(d["root"]), d["repo_id"], cfg.eval.recording_private)
+    if problem is None:
+        log.info("pushed the dataset to the hub as %s", d["repo_id"])
+    return [problem] if problem else []
+
+
 def _merge_dataset(output_dir: Path, cfg: RunConfig, counted: Merged) -> dict[str, Any]:
     """The recorded episodes that count, in plan order, as one LeRobot dataset."""
     kept = [counted.records[u.key] for u in counted.plan
@@ -170,7 +182,7 @@ def run_eval(
             lost = [u for u in run.todo if u.key in counted and u.key not in merged.records]
             if lost:
                 raise RollbenchError(f"internal: {len(lost)} units of this run are missing from its log, e.g. {lost[0].label()}")
-        problems = executor.finish(run, merged)
+        problems = executor.finish(run, merged) + _push_dataset(cfg, info)
     except OSError as err:
         if err.errno not in DISK_FULL:
             raise
@@ -325,5 +337,7 @@ def merge_dir(root: Path, cfg: RunConfig) -> EvalInfo:
     plan = plan_for(cfg)  # no availability check: a merge needs the logs, not the simulator
     n_dirs = len({*map(str, root.glob(f"**/{EPISODES_DIR}"))})
     _, info = close_run(root, cfg, plan, ExecutionFacts(mode="merge", merged_from=n_dirs), recursive=True)
+    for problem in _push_dataset(cfg, info):
+        log.warning("%s", problem)
     write_report(root)
     return info

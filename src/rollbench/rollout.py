@@ -48,8 +48,8 @@ class Frames:
         features, action = self._acted
         self._acted = None
         row = {**features, "action": action, "next.reward": reward, "next.done": done, "next.success": success}
-        for key, value in row.items():
-            self.columns.setdefault(key, []).append(np.asarray(value))
+        for key, value in row.items():  # a copy: an env (or a vector env's buffer) may reuse its arrays
+            self.columns.setdefault(key, []).append(np.array(value))
 
     def pack(self) -> dict[str, np.ndarray]:
         """Every key's values stacked along time (one array each: cheap to send through a pipe)."""

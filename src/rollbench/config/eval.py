@@ -75,9 +75,11 @@ class EvalConfig:
         "--eval.recording_root; each episode is saved when it ends (docs/recording.md)",
     )
     recording_repo_id: str | None = opt(
-        None, "--eval.recording: the dataset's repo id (default rollbench/<output_dir's name>); lerobot-eval also "
-        "pushes it to the hub, rollbench writes it locally and prints the command that pushes it",
+        None, "--eval.recording: as lerobot-eval, push the dataset to the hub under this repo id at the end of the run "
+        "(the dataset is saved first; a failed push is reported with the command that retries it); it is also the "
+        "dataset's repo id (default rollbench/<output_dir's name>, not pushed)",
     )
+    recording_private: bool = opt(False, "--eval.recording_repo_id: make the pushed dataset private")
     recording_root: str | None = opt(None, "--eval.recording: where the dataset is written (default <output_dir>/dataset)")
     record: Literal["all", "failures", "successes"] = opt(
         "all", "--eval.recording: which episodes go into the dataset (failures: to study or relabel them)"
@@ -96,9 +98,11 @@ class EvalConfig:
                 f"--eval.ci_width={self.ci_width} is not allowed; it must be between 0 and 1 (the width of a 95% "
                 f"interval of the success rate, as a fraction: 0.1 = +-5 points)"
             )
-        if not self.recording and (self.record != "all" or self.recording_repo_id or self.recording_root):
+        if not self.recording and (self.record != "all" or self.recording_repo_id or self.recording_root
+                                   or self.recording_private):
             given = next(f for f, v in (("--eval.record", self.record != "all"), ("--eval.recording_repo_id",
-                         self.recording_repo_id), ("--eval.recording_root", self.recording_root)) if v)
+                         self.recording_repo_id), ("--eval.recording_root", self.recording_root),
+                         ("--eval.recording_private", self.recording_private)) if v)
             raise ConfigError(f"{given} belongs to a recorded run; add --eval.recording=true")
         if self.versus is not None and self.ci_width is not None:
             raise ConfigError("--eval.versus and --eval.ci_width are two stop rules; give one of them")

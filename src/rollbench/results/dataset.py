@@ -129,28 +129,38 @@ def write_part(output_dir: Path, rec: EpisodeRecord, fps: int, task: str, repo_i
     return final
 
 
+#: ended episodes (with their frames) waiting for the writer thread, at most
+MAX_QUEUED = 16
+
+
 class PartWriter:
     """Writes parts on a thread of its own, so the scheduler's loop never waits for an encoder;
     hands each record back once its part is on disk (then, and only then, it may be logged)."""
 
     def __init__(self, output_dir: Path, fps: int, repo_id: str, task_of: Mapping[str, str]) -> None:
         self.output_dir, self.fps, self.repo_id, self.task_of = output_dir, fps, repo_id, task_of
-        self.todo: queue.Queue[EpisodeRecord | None] = queue.Queue()
+        # bounded: episodes that end faster than their parts are written hold the loop back
+        # instead of piling their frames up in memory
+        self.todo: queue.Queue[EpisodeRecord | None] = queue.Queue(maxsize=MAX_QUEUED)
         self.done: queue.Queue[EpisodeRecord | BaseException] = queue.Queue()
         self.pending = 0
         self.thread = threading.Thread(target=self._run, name="rollbench-dataset-writer", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
+        failed = False
         while True:
             rec = self.todo.get()
             if rec is None:
                 return
+            if failed:
+                continue  # drained, so that a full queue never blocks the lifecycle, which will raise
             try:
                 write_part(self.output_dir, rec, self.fps, self.task_of.get(rec.task, rec.task), self.repo_id)
             except BaseException as err:  # handed to the lifecycle, which stops the run with it
                 self.done.put(err)
-                return
+                failed = True
+                continue
             self.done.put(_without_frames(rec))
 
     def submit(self, rec: EpisodeRecord) -> None:
@@ -210,3 +220,16 @@ def merge_parts(output_dir: Path, records: Iterable[EpisodeRecord], root: Path, 
     shutil.rmtree(old, ignore_errors=True)
     shutil.rmtree(output_dir / ".cache" / "hf-datasets", ignore_errors=True)
     return len(parts)
+
+
+def push(output_dir: Path, root: Path, repo_id: str, private: bool) -> str | None:
+    """Push the dataset at `root` to the hub as `repo_id` (lerobot-eval's --eval.recording_repo_id);
+    what went wrong, in one line, or None. The dataset stays saved either way."""
+    try:
+        _lerobot_dataset(output_dir)(repo_id, root=root).push_to_hub(private=private)
+    except Exception as err:  # the network, a token, a name: the evaluation is done and saved regardless
+        from rollbench.errors import error_line
+
+        return (f"--eval.recording_repo_id={repo_id}: the push to the hub failed ({error_line(err)}); the dataset is "
+                f"saved in {root}; push it with: hf upload --repo-type=dataset {repo_id} {root}")
+    return None
