@@ -266,16 +266,10 @@ def test_an_adaptive_ray_run_is_the_fixed_runs_prefix(cli, cluster, tmp_path: Pa
 
 def test_a_recorded_ray_run_gives_the_local_runs_dataset(cli, cluster, tmp_path: Path) -> None:
     pytest.importorskip("lerobot.datasets.lerobot_dataset")
-    import numpy as np
-
-    from test_recording import FAKE, load
+    from test_recording import FAKE, assert_same_dataset
 
     res = run_subprocess(*FAKE, f"--output_dir={tmp_path / 'local'}")
     assert res.rc == 0, res.err
     res = cli(*FAKE, "--executor=ray", f"--output_dir={tmp_path / 'ray'}")
     assert res.rc == 0, res.err
-    _, a = load(tmp_path / "local")
-    _, b = load(tmp_path / "ray")
-    assert a.keys() == b.keys()
-    for key in a:
-        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    assert_same_dataset(tmp_path / "local", tmp_path / "ray")

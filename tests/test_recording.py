@@ -34,6 +34,15 @@ def load(out: Path) -> tuple[Any, dict[str, np.ndarray]]:
     return ds, columns
 
 
+def assert_same_dataset(a_dir: Path, b_dir: Path) -> None:
+    """Two runs' datasets hold the same columns, value for value."""
+    _, a = load(a_dir)
+    _, b = load(b_dir)
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
 def random_actions(seed: int, n: int, low: float = -1.0, high: float = 1.0, dim: int = 2) -> np.ndarray:
     """What the random policy sends in an episode of seed `seed` (one generator per episode)."""
     rng = np.random.default_rng(seed)
@@ -129,11 +138,7 @@ def test_a_killed_recorded_run_resumes_to_the_clean_runs_dataset(tmp_path: Path)
     assert rc == -signal.SIGKILL and 4 <= logged < 12
     res = run_subprocess(*args, f"--output_dir={tmp_path / 'killed'}")
     assert res.rc == 0, res.err
-    _, a = load(tmp_path / "clean")
-    _, b = load(tmp_path / "killed")
-    assert a.keys() == b.keys()
-    for key in a:
-        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    assert_same_dataset(tmp_path / "clean", tmp_path / "killed")
 
 
 def test_record_failures_keeps_exactly_the_failed_episodes(tmp_path: Path) -> None:

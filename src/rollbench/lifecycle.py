@@ -31,8 +31,8 @@ from rollbench.results.adaptive import Rule, StopRule, Stops
 from rollbench.results.adaptive import apply as apply_stops
 from rollbench.results.dataset import (
     PartWriter,
+    dataset_repo_id,
     dataset_root,
-    default_repo_id,
     keeps,
     merge_parts,
     part_path,
@@ -113,8 +113,9 @@ def close_run(
         log.warning("%d units have conflicting results in the logs; see eval_info.json 'conflicts'", len(merged.conflicts))
     took = time.time() - started if started is not None else None
     rule = stop_rule(cfg)
-    info = eval_info.build(merged, cfg, output_dir, how, command, took, rule)
-    counted = merged if rule is None else apply_stops(rule, merged).merged
+    stopped = None if rule is None else (rule, apply_stops(rule, merged))
+    info = eval_info.build(merged, cfg, output_dir, how, command, took, stopped)
+    counted = merged if stopped is None else stopped[1].merged
     if cfg.eval.record_mode is not None and merge_dataset:
         info.body["dataset"] = _merge_dataset(output_dir, cfg, counted)
     eval_info.write(output_dir, info)
@@ -137,7 +138,7 @@ def _merge_dataset(output_dir: Path, cfg: RunConfig, counted: Merged) -> dict[st
     kept = [counted.records[u.key] for u in counted.plan
             if u.key in counted.records and keeps(cfg.eval.record, counted.records[u.key])]
     root = dataset_root(output_dir, cfg.eval.recording_root)
-    repo_id = cfg.eval.recording_repo_id or default_repo_id(output_dir)
+    repo_id = dataset_repo_id(output_dir, cfg.eval.recording_repo_id)
     t0 = time.monotonic()
     n = merge_parts(output_dir, kept, root, repo_id)
     log.info("dataset: %d episodes joined into %s in %.1f s", n, root, time.monotonic() - t0)
@@ -290,7 +291,7 @@ def _part_writer(run: Run) -> PartWriter | None:
     if cfg.eval.record_mode is None:
         return None
     tasks = {u.task: cfg.env.task_description(u.task) for u in run.units}
-    repo_id = cfg.eval.recording_repo_id or default_repo_id(run.output_dir)
+    repo_id = dataset_repo_id(run.output_dir, cfg.eval.recording_repo_id)
     return PartWriter(run.output_dir, type(cfg.env).fps, repo_id, tasks)
 
 

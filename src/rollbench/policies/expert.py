@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from rollbench.config.fields import build, opt
 from rollbench.errors import ConfigError
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext
 
@@ -27,7 +30,7 @@ class ExpertPolicy(Policy):
         self._benchmark = ctx.benchmark
         self._experts: dict[str, Callable[[dict[str, Any]], np.ndarray]] = {}
         self._slot_task: dict[int, str] = {}
-        self._noise = _noise(ctx.config.options)
+        self._noise = build(ExpertOptions, ctx.config.options, "policy.").action_noise
         self._space = ctx.action_space
         self._rngs: dict[int, np.random.Generator] = {}
         # fail when the policy is built (before any output is written), not at the first
@@ -59,16 +62,13 @@ class ExpertPolicy(Policy):
         return np.stack(rows)
 
 
-def _noise(options: Mapping[str, str]) -> float:
-    for key in options:
-        if key != "action_noise":
-            raise ConfigError(f"unknown flag --policy.{key} for --policy.type=expert; it takes --policy.action_noise=STD")
-    raw = options.get("action_noise", "0")
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value != value or value == float("inf"):
-        raise ConfigError(f"--policy.action_noise={raw} is not allowed; it must be a number >= 0 (the standard "
-                          f"deviation of Gaussian noise added to every action)")
-    return value
+@dataclass(frozen=True)
+class ExpertOptions:
+    """`--policy.*` flags of `--policy.type=expert`."""
+
+    action_noise: float = opt(0.0, "standard deviation of Gaussian noise added to every action (a degraded expert)")
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.action_noise < math.inf:  # NaN fails too
+            raise ConfigError(f"--policy.action_noise={self.action_noise} is not allowed; it must be a number >= 0 (the "
+                              f"standard deviation of Gaussian noise added to every action)")

@@ -130,14 +130,19 @@ def _bool(flag: str) -> Callable[[str], bool]:
     return parse
 
 
-def _alpha(value: str) -> float:
-    try:
-        alpha = float(value)
-    except ValueError:
-        alpha = -1.0
-    if not 0 < alpha < 1:
-        raise ConfigError(f"--alpha={value!r} is not allowed; it must be a number between 0 and 1, e.g. 0.05")
-    return alpha
+def _fraction(flag: str, meaning: str) -> Callable[[str], float]:
+    """A parser of a number strictly between 0 and 1 for --`flag`; `meaning` says what it is."""
+
+    def parse(value: str) -> float:
+        try:
+            x = float(value)
+        except ValueError:
+            x = -1.0
+        if not 0 < x < 1:
+            raise ConfigError(f"--{flag}={value!r} is not allowed; it must be a number between 0 and 1{meaning}")
+        return x
+
+    return parse
 
 
 def _seed(flag: str) -> Callable[[str], int]:
@@ -148,17 +153,6 @@ def _seed(flag: str) -> Callable[[str], int]:
             raise ConfigError(f"--{flag}={value!r} is not allowed; it must be a whole number (the --seed that run used)") from None
 
     return parse
-
-
-def _margin(value: str) -> float:
-    try:
-        margin = float(value)
-    except ValueError:
-        margin = -1.0
-    if not 0 < margin < 1:
-        raise ConfigError(f"--margin={value!r} is not allowed; it must be a number between 0 and 1 (a difference of "
-                          f"success rates, e.g. 0.05 = 5 points)")
-    return margin
 
 
 def _block(value: str) -> int:
@@ -173,8 +167,9 @@ def _block(value: str) -> int:
 
 PARSERS: dict[str, Callable[[str], Any]] = {
     "html": functools.partial(output_file, "html"), "fail-if-worse": _bool("fail-if-worse"), "fail_if_worse": _bool("fail_if_worse"),
-    "alpha": _alpha, "seed_a": _seed("seed_a"), "seed_b": _seed("seed_b"),
-    "sequential": _bool("sequential"), "margin": _margin, "block": _block,
+    "alpha": _fraction("alpha", ", e.g. 0.05"), "seed_a": _seed("seed_a"), "seed_b": _seed("seed_b"),
+    "sequential": _bool("sequential"), "block": _block,
+    "margin": _fraction("margin", " (a difference of success rates, e.g. 0.05 = 5 points)"),
 }
 
 

@@ -28,6 +28,7 @@ import re
 import shutil
 import threading
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +58,9 @@ def dataset_root(output_dir: Path, recording_root: str | None) -> Path:
     return Path(recording_root) if recording_root else output_dir / DATASET_DIR
 
 
-def default_repo_id(output_dir: Path) -> str:
-    return f"rollbench/{re.sub(r'[^A-Za-z0-9_.-]', '_', output_dir.resolve().name) or 'eval'}"
+def dataset_repo_id(output_dir: Path, given: str | None) -> str:
+    """--eval.recording_repo_id, else rollbench/<output_dir's name>."""
+    return given or f"rollbench/{re.sub(r'[^A-Za-z0-9_.-]', '_', output_dir.resolve().name) or 'eval'}"
 
 
 def _lerobot_dataset(output_dir: Path) -> Any:
@@ -184,8 +186,6 @@ class PartWriter:
 
 
 def _without_frames(rec: EpisodeRecord) -> EpisodeRecord:
-    from dataclasses import replace
-
     return replace(rec, frames=None)
 
 

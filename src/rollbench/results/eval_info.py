@@ -96,20 +96,24 @@ class EvalInfo:
 
 def build(
     merged: Merged, cfg: RunConfig, root: Path, how: ExecutionFacts,
-    command: list[str] | None = None, this_run_s: float | None = None, rule: adaptive.Rule | None = None,
+    command: list[str] | None = None, this_run_s: float | None = None,
+    stopped: tuple[adaptive.Rule, adaptive.Applied] | None = None,
 ) -> EvalInfo:
-    """`rule`: an adaptive run's stop rule (default: --eval.ci_width's, if given)."""
+    """`stopped`: an adaptive run's stop rule and what it counts of `merged` (`adaptive.apply`)."""
     descriptions = {u.task: cfg.env.task_description(u.task) for u in merged.plan}
-    rule = rule or adaptive.StopRule.from_config(cfg.eval)
-    body = summarize(merged, descriptions, root) if rule is None else _adaptive_body(rule, merged, descriptions, root)
+    if stopped is None:
+        body = summarize(merged, descriptions, root)
+    else:
+        body = _adaptive_body(*stopped, merged, descriptions, root)
     if len(cfg.seeds) > 1:
         seed_results(body, merged, cfg.seeds, cfg.eval.n_episodes)
     return EvalInfo(body, cfg.to_dict(), versions(cfg), how, command, this_run_s)
 
 
-def _adaptive_body(rule: adaptive.Rule, merged: Merged, descriptions: dict[str, str], root: Path) -> dict[str, Any]:
+def _adaptive_body(
+    rule: adaptive.Rule, applied: adaptive.Applied, merged: Merged, descriptions: dict[str, str], root: Path,
+) -> dict[str, Any]:
     """Only each task's counted prefix, with why it stopped; the time of every episode run."""
-    applied = adaptive.apply(rule, merged)
     body = summarize(applied.merged, descriptions, root)
     for entry in body["per_task"]:
         key = (entry["task_group"], entry["task_id"])
