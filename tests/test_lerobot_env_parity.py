@@ -34,6 +34,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -240,13 +241,17 @@ le.main()
 SITECUSTOMIZE = """
 import json, os
 if os.environ.get("RECORD_ACTIONS"):
+    import rollbench.benchmarks.lerobot_env as bridge
     import rollbench.benchmarks.libero as lib
-    step = lib.LiberoTaskEnv.step
-    def recorded(self, action):
-        with open(os.environ["RECORD_ACTIONS"], "a") as fh:
-            fh.write(json.dumps([self.episode_index, str(action.dtype), action.tolist()]) + "\\n")
-        return step(self, action)
-    lib.LiberoTaskEnv.step = recorded
+    def recorder(step):
+        def recorded(self, action):
+            with open(os.environ["RECORD_ACTIONS"], "a") as fh:
+                fh.write(json.dumps([self.episode_index, str(action.dtype), action.tolist()]) + "\\n")
+            return step(self, action)
+        return recorded
+    lib.LiberoTaskEnv.step = recorder(lib.LiberoTaskEnv.step)
+    # LeRobot's LIBERO through the bridge: its wrapper knows the episode
+    bridge.InitStateOfEpisode.step = recorder(lambda self, action: self.env.step(action))
 """
 
 Actions = dict[int, list[tuple[str, list[float]]]]
@@ -300,16 +305,86 @@ def test_libero_smolvla_episodes_equal_lerobot_eval(libero_smolvla_ckpt: Path, t
     )
 
 
+@pytest.fixture(scope="module")
+def libero_xvla_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The same tiny X-VLA (two cameras, 20-d state, 20-d ee6d action) saved twice: with the
+    pre-processor the hub's lerobot/xvla-libero has ("published": no image normalisation of
+    its own, its env processor's does it) and with the one `make_pre_post_processors` writes."""
+    from rollbench.benchmarks.libero import LiberoConfig
+    from vla_xvla import make_xvla_libero_checkpoint
+
+    bench = LiberoConfig(task=SUITE, task_ids=("0",))
+    root = tmp_path_factory.mktemp("xvla")
+    return {kind: make_xvla_libero_checkpoint(root / kind, bench, published=kind == "published")
+            for kind in ("published", "standard")}
+
+
+@pytest.mark.libero
+@pytest.mark.slow
+@needs_libero
+def test_libero_xvla_episodes_equal_lerobot_eval(libero_xvla_ckpts: dict[str, Path], tmp_path: Path) -> None:
+    """X-VLA on LIBERO through its own env processors (its LIBERO step: one camera flipped, the
+    20-d state from the eef rotation matrix; ImageNet normalisation; the domain id; the 6D
+    rotation turned into LIBERO's 7-d action): every action equal to lerobot-eval's. The same
+    weights saved with `make_pre_post_processors`' pipeline, on which lerobot-eval 0.4.4 fails
+    (it normalises twice), run on LeRobot's own LIBERO through the bridge give the same actions:
+    the shared steps run once, and the bridge hands X-VLA LeRobot's observation as the native
+    benchmark does."""
+    offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    assert_libero_episodes_equal_lerobot_eval(
+        libero_xvla_ckpts["published"], tmp_path / "published", "--policy.seeding=lerobot-eval", **offline,
+    )
+    published = read_actions(tmp_path / "published" / "rollbench.jsonl")
+    standard, _ = run_rollbench_on_libero(
+        libero_xvla_ckpts["standard"], tmp_path / "standard", "--policy.seeding=lerobot-eval", bridge=True, **offline,
+    )
+    assert read_actions(standard) == published
+    # the preflight sees what X-VLA's env processors make: the 20-d state, the model's 20-d action
+    res = run_subprocess("check", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=0",
+                         f"--policy.path={libero_xvla_ckpts['standard']}", **libero_threads(**offline))
+    assert res.rc == 0 and "it fits" in res.out, res.out + res.err[-2000:]
+    assert re.search(r"observation\.state +STATE\[20\] +STATE\[20\] float32 +ok", res.out), res.out
+
+
+def libero_threads(**env: str) -> dict[str, str]:
+    """Both tools' environment: one torch thread (its CPU kernels vary with threads), the GL backend."""
+    return {"OMP_NUM_THREADS": "1", "MUJOCO_GL": gl_backend(), **env}
+
+
+def run_rollbench_on_libero(ckpt: Path, tmp_path: Path, *flags: str, bridge: bool = False,
+                            **env: str) -> tuple[Path, list[Any]]:
+    """`rollbench eval` (lockstep) on LIBERO's first libero_spatial task, every action recorded:
+    (the recorded actions' file, each episode's results in order). `bridge`: LeRobot's LIBERO
+    (`--env.type=lerobot --env.name=libero`) instead of rollbench's."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    our_actions = tmp_path / "rollbench.jsonl"
+    env_flags = (("--env.type=lerobot", "--env.name=libero", "--env.fields=task_ids=[0]") if bridge else
+                 ("--env.type=libero", "--env.task_ids=0"))
+    res = run_subprocess(
+        "eval", *env_flags, f"--env.task={SUITE}", f"--env.episode_length={LENGTH}",
+        f"--policy.path={ckpt}", "--policy.device=cpu", "--eval.mode=lockstep", f"--eval.batch_size={EPISODES}",
+        f"--eval.n_episodes={EPISODES}", f"--seed={SEED}", f"--output_dir={tmp_path / 'rollbench'}", *flags, timeout=600,
+        PYTHONPATH=os.pathsep.join([str(hook), str(TESTS)]), RECORD_ACTIONS=str(our_actions), **libero_threads(**env),
+    )
+    assert res.rc == 0, res.err[-3000:]
+    assert load_info(tmp_path / "rollbench")["mode"] == "lockstep"
+    eps = per_episode(tmp_path / "rollbench")
+    return our_actions, [eps[(SUITE, 0, i)] for i in range(EPISODES)]
+
+
 def assert_libero_episodes_equal_lerobot_eval(ckpt: Path, tmp_path: Path, *flags: str, **env: str) -> None:
     """lerobot-eval and `rollbench eval` (lockstep) on LIBERO's first libero_spatial task: every
     step's action (recorded in both processes) and every episode's results equal."""
     from rollbench.benchmarks.libero import LiberoConfig, prepare_libero
 
     libero_ckpt = ckpt
-
+    tmp_path.mkdir(parents=True, exist_ok=True)
     assets = LiberoConfig(task=SUITE).assets()
     prepare_libero(assets)  # sets $LIBERO_CONFIG_PATH, which both subprocesses inherit
-    threads = {"OMP_NUM_THREADS": "1", "MUJOCO_GL": gl_backend(), **env}  # torch's CPU kernels vary with threads
+    threads = libero_threads(**env)
     their_actions = tmp_path / "lerobot.jsonl"
     proc = subprocess.run(
         [
@@ -323,20 +398,7 @@ def assert_libero_episodes_equal_lerobot_eval(ckpt: Path, tmp_path: Path, *flags
     assert proc.returncode == 0, proc.stderr[-3000:]
     (task,) = json.loads((tmp_path / "lerobot" / "eval_info.json").read_text())["per_task"]
 
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    our_actions = tmp_path / "rollbench.jsonl"
-    res = run_subprocess(
-        "eval", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=0", f"--env.episode_length={LENGTH}",
-        f"--policy.path={libero_ckpt}", "--policy.device=cpu", "--eval.mode=lockstep", f"--eval.batch_size={EPISODES}",
-        f"--eval.n_episodes={EPISODES}", f"--seed={SEED}", f"--output_dir={tmp_path / 'rollbench'}", *flags, timeout=600,
-        PYTHONPATH=os.pathsep.join([str(hook), str(TESTS)]), RECORD_ACTIONS=str(our_actions), **threads,
-    )
-    assert res.rc == 0, res.err[-3000:]
-    assert load_info(tmp_path / "rollbench")["mode"] == "lockstep"
-    eps = per_episode(tmp_path / "rollbench")
-    ours = [eps[(SUITE, 0, i)] for i in range(EPISODES)]
+    our_actions, ours = run_rollbench_on_libero(libero_ckpt, tmp_path, *flags, **env)
 
     print(task["metrics"], ours)
     a, b = read_actions(our_actions), read_actions(their_actions)

@@ -316,9 +316,10 @@ def test_a_one_task_type_never_sees_two_tasks_in_one_call(tmp_path: Path, monkey
         policy.act({**batch, "task": ["push", "pull"]}, [0, 1])
 
 
-def test_xvla_is_refused_in_one_line(tmp_path: Path) -> None:
+def test_xvla_off_libero_is_refused_in_one_line(tmp_path: Path) -> None:
     """X-VLA brings its own env processors, which LeRobot 0.4.4 writes for LIBERO only (on PushT
-    lerobot-eval crashes in them at the first step): refused before any episode, saying why."""
+    lerobot-eval crashes in them at the first step): refused before any episode, saying why and
+    where it runs; `rollbench check` refuses it the same way."""
     from vla_xvla import make_xvla_checkpoint
 
     ckpt = make_xvla_checkpoint(tmp_path / "xvla", PushTConfig())
@@ -326,8 +327,11 @@ def test_xvla_is_refused_in_one_line(tmp_path: Path) -> None:
                          f"--output_dir={tmp_path / 'out'}", **OFFLINE)
     errors = [ln for ln in res.err.splitlines() if ln.startswith("rollbench: error:")]
     assert res.rc == 2 and len(errors) == 1 and "Traceback" not in res.err, res.err
-    assert "'xvla' policy brings its own env processors" in errors[0]
+    assert "X-VLA env processors, which are written for LIBERO only" in errors[0]
+    assert "--env.type=libero or --env.type=lerobot --env.name=libero, not --env.type=pusht" in errors[0]
     assert not (tmp_path / "out" / "episodes").exists()
+    res = run_subprocess("check", "--env.type=pusht", f"--policy.path={ckpt}", **OFFLINE)
+    assert res.rc == 2 and "written for LIBERO only" in res.err and "Traceback" not in res.err, res.err
 
 
 #: openpi's patched transformers, which LeRobot 0.4.4's pi0/pi05 need and no other type accepts:

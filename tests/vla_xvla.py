@@ -119,9 +119,42 @@ def make_xvla_checkpoint(out: Path, benchmark: BenchmarkConfig, seed: int = 0, *
     weights overwrite it), so a random-init X-VLA holds whatever memory it got: values up to
     1e8 or NaN, different on every run. It is drawn here from the seeded RNG instead.
     """
+    inputs, outputs = policy_features(benchmark)
+    return _build(out, inputs, outputs, seed, {"action_mode": "auto", **overrides})
+
+
+def make_xvla_libero_checkpoint(out: Path, benchmark: BenchmarkConfig, *, published: bool, seed: int = 0) -> Path:
+    """A tiny X-VLA for LIBERO as its env processors feed it: `benchmark`'s cameras, the 20-d
+    state X-VLA's LIBERO step builds, the 20-d `ee6d` action its post-processor turns into
+    LIBERO's 7 (images resized with padding to 96x96 inside the model, to keep it small).
+
+    `published=True` saves its pre-processor without the steps X-VLA's LIBERO env
+    pre-processor also applies (`xvla_image_to_float`, `xvla_imagenet_normalize`,
+    `xvla_add_domain_id`), as the hub's lerobot/xvla-libero has it (LeRobot issue #2954):
+    lerobot-eval 0.4.4 runs only that layout. `published=False` keeps what
+    `make_pre_post_processors` writes (lerobot-eval normalises twice and fails). Both hold the
+    same weights for the same `seed`.
+    """
+    import json
+
+    from lerobot.configs.types import FeatureType, PolicyFeature
+
+    inputs, _ = policy_features(benchmark)
+    inputs["observation.state"] = PolicyFeature(type=FeatureType.STATE, shape=(20,))
+    outputs = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(20,))}
+    _build(out, inputs, outputs, seed, {"action_mode": "ee6d", "resize_imgs_with_padding": (96, 96)})
+    if published:
+        path = out / "policy_preprocessor.json"
+        pipeline = json.loads(path.read_text())
+        dropped = {"xvla_image_to_float", "xvla_imagenet_normalize", "xvla_add_domain_id"}
+        pipeline["steps"] = [s for s in pipeline["steps"] if s.get("registry_name") not in dropped]
+        path.write_text(json.dumps(pipeline, indent=4))
+    return out
+
+
+def _build(out: Path, inputs: dict[str, Any], outputs: dict[str, Any], seed: int, overrides: dict[str, Any]) -> Path:
     from lerobot.policies.factory import get_policy_class, make_policy_config
 
-    inputs, outputs = policy_features(benchmark)
     tok_path = tokenizer_dir(out).resolve()
     tokenizer = make_byte_tokenizer(tok_path)
     small: dict[str, Any] = {
@@ -132,7 +165,6 @@ def make_xvla_checkpoint(out: Path, benchmark: BenchmarkConfig, seed: int = 0, *
         "depth": 1,
         "num_heads": 2,
         "len_soft_prompts": 4,
-        "action_mode": "auto",
         "chunk_size": 8,
         "n_action_steps": 4,
         "num_denoising_steps": 4,

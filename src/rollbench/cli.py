@@ -238,7 +238,7 @@ Exit 0: it fits (warnings may be listed); 2: a hard mismatch (eval refuses it to
 
 
 def cmd_check(flags: dict[str, str]) -> int:
-    from rollbench.policies.lerobot import check_checkpoint_dir
+    from rollbench.policies.lerobot import OWNS_ENV_PROCESSORS, check_checkpoint_dir, read_config
     from rollbench.policies.lerobot_check import observed, preflight, table
     from rollbench.rendering import apply_backend, choose_backend
     from rollbench.scheduler.shm import stack_any
@@ -252,6 +252,13 @@ def cmd_check(flags: dict[str, str]) -> int:
     bench = cfg.env
     bench.check_available()
     bench.validate_tasks()
+    raw = read_config(ckpt)
+    owns = raw.get("type") in OWNS_ENV_PROCESSORS
+    if owns:  # X-VLA: LIBERO only; what LeRobot says of its model is read before any env exists
+        from rollbench.policies.lerobot_xvla import model_action_dim, require_libero
+
+        require_libero(bench, ckpt, str(raw["type"]))
+        width = model_action_dim(raw)
     apply_backend(choose_backend(cfg.render_device))
     task = next(t for names in bench.tasks().values() for t in names)
     env = bench.make_task_env(task)
@@ -264,7 +271,12 @@ def cmd_check(flags: dict[str, str]) -> int:
     batch = pre(bench.to_features(stack_any([obs])))
     renames = cfg.policy.renames()
     batch = {renames.get(k, k): v for k, v in batch.items()}
-    rows = preflight(ckpt, observed(batch), action_space, bench, cfg.policy.options)
+    gives = observed(batch)
+    if owns:  # what its own env processors make of the observation
+        from rollbench.policies.lerobot_xvla import policy_view
+
+        gives, action_space = policy_view(gives, width)
+    rows = preflight(ckpt, gives, action_space, bench, cfg.policy.options)
     print(f"checkpoint {ckpt}\nagainst --env.type={bench.type_name} (task {task}, one reset with seed {cfg.seed})\n")
     print(table(rows))
     hard = [r for r in rows if r.status == "hard"]

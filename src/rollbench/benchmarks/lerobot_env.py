@@ -420,6 +420,10 @@ def lerobot_catalogue(bench: LerobotEnvConfig) -> dict[str, dict[int, EnvFactory
 
     cfg = lerobot_config(bench)
     where = f"LeRobot's make_env for --env.name={bench.name}"
+    if bench.name == "libero":  # hf-libero asks on stdin for its config on import: give it rollbench's
+        from rollbench.benchmarks.libero import LiberoConfig, prepare_libero
+
+        prepare_libero(LiberoConfig().assets())
     try:
         return vector_env_catalogue(lambda: make_env(cfg, n_envs=1, use_async_envs=False), where)
     except ConfigError:
@@ -496,6 +500,21 @@ def _run_action_pipeline(pipeline: Any, actions: np.ndarray) -> np.ndarray:
     return np.asarray(out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else out)
 
 
+class InitStateOfEpisode(gym.Wrapper):  # type: ignore[misc]
+    """LeRobot's LIBERO env starts a reset from init state `init_state_id`, then moves it on by
+    its vector env's size: in lerobot-eval, a task's episode k starts from init state k. A
+    rollbench slot's env runs whichever episodes it is given, so the episode's index is put
+    there before each reset (`set_episode_index`), as rollbench's own LIBERO does; an env reset
+    without one keeps LeRobot's order."""
+
+    episode_index: int | None = None
+
+    def reset(self, **kwargs: Any) -> Any:
+        if self.episode_index is not None:
+            setattr(self.env.unwrapped, "init_state_id", int(self.episode_index))  # noqa: B010
+        return self.env.reset(**kwargs)
+
+
 # -- the benchmark ----------------------------------------------------------------------------
 
 
@@ -503,6 +522,9 @@ def _run_action_pipeline(pipeline: Any, actions: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class LerobotEnvConfig(BenchmarkConfig):
     """An env of LeRobot's registry (its own and lerobot_env_* plugins), built by LeRobot's factory."""
+
+    #: LIBERO's init state follows the episode's index (`InitStateOfEpisode`); other envs ignore it
+    uses_episode_index = True
 
     name: str = opt("", "the LeRobot env type (lerobot-eval's --env.type): pusht, aloha, libero, metaworld, a plugin's")
     task: str = opt("", "LeRobot's --env.task (default: the env config's own)")
@@ -580,6 +602,8 @@ class LerobotEnvConfig(BenchmarkConfig):
     def make_task_env(self, task: str) -> gym.Env:
         env = self._build(task)
         remember_facts(self, task, env)
+        if hasattr(env.unwrapped, "init_state_id"):
+            env = InitStateOfEpisode(env)
         return env
 
     def _facts(self, task: str) -> EnvFacts:

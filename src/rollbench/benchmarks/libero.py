@@ -537,6 +537,22 @@ def libero_preprocess(batch: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def nest_robot_state(batch: dict[str, Any]) -> dict[str, Any]:
+    """The flat robot-state arrays (`observation.state.eef_pos`, ...) back into LeRobot's
+    `observation.robot_state` tree (`{"eef": {"pos", "quat", "mat"}, "gripper": ..., "joints": ...}`),
+    as `preprocess_observation` hands it to an env processor; images untouched (not flipped).
+    What a policy that brings its own LIBERO processor reads (X-VLA's)."""
+    out = dict(batch)
+    tree: dict[str, Any] = {}
+    for path, (_, lerobot) in ROBOT_STATE.items():
+        if lerobot in out:
+            _, part, leaf = path.split("/")
+            tree.setdefault(part, {})[leaf] = out.pop(lerobot)
+    if tree:
+        out["observation.robot_state"] = tree
+    return out
+
+
 _SUITE_CACHE: dict[tuple[str, str], list[Any]] = {}
 
 

@@ -65,6 +65,12 @@ class Policy(abc.ABC):
     def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
         """One action per row of `batch`."""
 
+    def env_processors(self, benchmark: BenchmarkConfig) -> tuple[Any, Any] | None:
+        """(observation pre-processor, action post-processor) to use in place of the
+        benchmark's (`get_env_processors`), or None for the benchmark's. A policy that brings
+        its own env processors, as LeRobot gives X-VLA its own, overrides this."""
+        return None
+
     def ready(self) -> None:  # noqa: B027
         """Return once the policy can act; raise what keeps it from acting. An adapter may
         load in the background after its constructor has checked its inputs (the LeRobot

@@ -25,7 +25,7 @@ import logging
 import sys
 import threading
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from rollbench import timeline
+from rollbench.config.env import ActionProcessor, BenchmarkConfig, ObsProcessor, identity
 from rollbench.config.policy import PolicyConfig
 from rollbench.errors import ConfigError, PolicyError, did_you_mean, error_line
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext
@@ -63,7 +64,7 @@ PATHS = {"act": "chunk", "diffusion": "history", "smolvla": "chunk", "pi0": "chu
 FLOW = {"smolvla", "pi0", "pi05"}
 
 #: policy types that bring their own env processors (LeRobot's `make_env_pre_post_processors`
-#: returns the policy's pipelines instead of the env's); rollbench does not apply them yet
+#: returns the policy's pipelines instead of the env's): `policies/lerobot_xvla.py`
 OWNS_ENV_PROCESSORS = {"xvla"}
 
 #: types whose processor reads one task for the whole batch (GR00T's tokenizes `task[0]` for
@@ -84,6 +85,7 @@ OBS_IMAGE = "observation.image"
 OBS_IMAGES = "observation.images"
 OBS_STATE = "observation.state"
 OBS_ENV_STATE = "observation.environment_state"
+OBS_ROBOT_STATE = "observation.robot_state"
 
 
 def _lerobot_version() -> str:
@@ -244,7 +246,7 @@ def load_policy(cfg: Any, ckpt: Path) -> tuple[Any, Any, Any]:
     return policy, pre, post
 
 
-def check_features(ctx: PolicyContext, ckpt: Path) -> None:
+def check_features(ctx: PolicyContext, ckpt: Path, raw: Mapping[str, Any]) -> None:
     """Before any episode: the checkpoint's inputs, stats and action against the benchmark's
     declared features (`rollbench check` does the same from a real observation and prints
     the whole table). A hard mismatch is refused; a soft one is a warning."""
@@ -255,7 +257,12 @@ def check_features(ctx: PolicyContext, ckpt: Path) -> None:
     if not gives:
         log.warning("%s declares no features; cannot check the checkpoint's inputs against it", bench)
         return
-    rows = preflight(ckpt, gives, ctx.action_space, ctx.benchmark, ctx.config.options)
+    action_space = ctx.action_space
+    if raw.get("type") in OWNS_ENV_PROCESSORS:
+        from rollbench.policies.lerobot_xvla import model_action_dim, policy_view
+
+        gives, action_space = policy_view(gives, model_action_dim(raw))
+    rows = preflight(ckpt, gives, action_space, ctx.benchmark, ctx.config.options)
     for r in rows:
         if r.status == "soft":
             (log.info if r.wants == "(not read)" else log.warning)("%s: %s: %s vs %s; %s", ckpt.name, r.key, r.wants, r.gets, r.fix)
@@ -286,9 +293,19 @@ def to_policy_batch(batch: Mapping[str, Any], rows: Sequence[int] | None = None)
             out[key] = img
         elif key in (OBS_STATE, OBS_ENV_STATE):
             out[key] = torch.from_numpy(np.ascontiguousarray(pick(value))).float()
+        elif key == OBS_ROBOT_STATE:  # LIBERO's tree, for a policy's own env processor: dtypes kept
+            out[key] = _tree(value, pick)
     tasks = list(batch.get("task", []))
     out["task"] = tasks if rows is None else [tasks[i] for i in rows]
     return out
+
+
+def _tree(value: Any, pick: Callable[[Any], np.ndarray]) -> Any:
+    import torch
+
+    if isinstance(value, Mapping):
+        return {k: _tree(v, pick) for k, v in value.items()}
+    return torch.from_numpy(np.ascontiguousarray(pick(value)))
 
 
 def batch_seed(seeds: Iterable[int]) -> int:
@@ -320,12 +337,16 @@ class LeRobotPolicy(Policy):
         if conf.device == "mps" and not torch.backends.mps.is_available():
             raise ConfigError("--policy.device=mps: torch sees no MPS device here")
         self.cfg = load_config(ckpt, raw, conf.options, conf.device, conf.use_amp)
+        self._raw_observation: ObsProcessor | None = None  # set: the policy brings its own env processors
+        self.env_pre: Any = None
+        self.env_post: Any = None
         if self.cfg.type in OWNS_ENV_PROCESSORS:
-            raise ConfigError(
-                f"--policy.path={ckpt}: a {self.cfg.type!r} policy brings its own env processors (LeRobot applies them "
-                f"in place of the benchmark's); rollbench does not apply policy-owned env processors yet"
-            )
-        check_features(ctx, ckpt)
+            from rollbench.policies import lerobot_xvla
+
+            lerobot_xvla.require_libero(ctx.benchmark, ckpt, self.cfg.type)
+            self._raw_observation = lerobot_xvla.raw_observation(ctx.benchmark)
+        self._benchmark = ctx.benchmark
+        check_features(ctx, ckpt, raw)
         self.name = str(ckpt)
         self.device = torch.device(self.cfg.device)
         self.use_amp = bool(conf.use_amp)
@@ -362,6 +383,15 @@ class LeRobotPolicy(Policy):
         try:
             self.policy, self.preprocessor, self.postprocessor = load_policy(self.cfg, ckpt)
             self.policy.eval()
+            if self._raw_observation is not None:
+                from rollbench.policies import lerobot_xvla
+
+                self.env_pre, self.env_post, dropped = lerobot_xvla.env_pipelines(
+                    self.cfg, self._benchmark, self.preprocessor
+                )
+                if dropped:
+                    log.info("%s: its pre-processor has %s already: not applied twice (LeRobot 0.4.4's "
+                             "lerobot-eval applies them twice and fails)", ckpt.name, ", ".join(dropped))
             timeline.mark("policy_ready")
         except Exception as err:  # unknown processor step, mismatched weights, ...: the checkpoint's
             self._load_error = ConfigError(
@@ -415,8 +445,18 @@ class LeRobotPolicy(Policy):
 
         return torch.autocast(device_type=self.device.type) if self.use_amp else nullcontext()
 
+    def env_processors(self, benchmark: BenchmarkConfig) -> tuple[ObsProcessor, ActionProcessor] | None:
+        """An X-VLA's: the observation as LeRobot's `preprocess_observation` leaves it, for
+        its own env processors, which `_inputs` and `act` apply (`policies/lerobot_xvla.py`)."""
+        if self._raw_observation is None:
+            return None
+        return self._raw_observation, identity
+
     def _inputs(self, batch: Mapping[str, Any], rows: Sequence[int] | None) -> dict[str, Any]:
-        return self.preprocessor(to_policy_batch(batch, rows))  # type: ignore[no-any-return]
+        observation = to_policy_batch(batch, rows)
+        if self.env_pre is not None:  # where lerobot-eval runs the env's pre-processor
+            observation = self.env_pre(observation)
+        return self.preprocessor(observation)  # type: ignore[no-any-return]
 
     def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
         import torch
@@ -437,6 +477,8 @@ class LeRobotPolicy(Policy):
             else:
                 action = self._act_ensemble(batch, slots)
             action = self.postprocessor(action)
+            if self.env_post is not None:
+                action = self.env_post({"action": action})["action"]
         return action.to("cpu").float().numpy()  # type: ignore[no-any-return]
 
     def _act_chunk(self, batch: Mapping[str, Any], slots: Sequence[int]) -> Any:

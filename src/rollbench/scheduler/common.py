@@ -78,9 +78,15 @@ class StepContext:
     def processors(self) -> tuple[Any, Any]:
         return self.benchmark.get_env_processors()
 
+    def processors_for(self, policy: Policy) -> tuple[Any, Any]:
+        """The benchmark's env processors, or the policy's own where it brings them (X-VLA)."""
+        own = getattr(policy, "env_processors", None)  # duck-typed policies may lack it
+        found = own(self.benchmark) if own is not None else None
+        return found if found is not None else self.processors
+
     def act(self, policy: Policy, obs: Any, slots: Sequence[int], prompts: Sequence[str]) -> np.ndarray:
         """Observations (as the env returned them, batched) -> validated env actions."""
-        pre, post = self.processors  # built once: this runs every step
+        pre, post = self.processors_for(policy)  # built once: this runs every step
         batch: dict[str, Any] = pre(self.benchmark.to_features(obs))
         renames = self.renames
         if renames:  # --rename_map: the keys the policy was trained on
