@@ -39,7 +39,8 @@ def _one_line_error(res, out: Path, *words: str) -> None:
 @pytest.mark.slow
 def test_so101_plugin_end_to_end(cli, tmp_path: Path) -> None:
     """lerobot-env-so101 is found as LeRobot finds plugins, built by LeRobot's factory with fields
-    of its own config, in worker processes and in this one, with the same episodes."""
+    of its own config, in worker processes and in this one, with the same episodes; sharded
+    and resumed, too."""
     if importlib.util.find_spec("lerobot_env_so101") is None:  # not imported here: rollbench imports it as a plugin
         pytest.skip("lerobot-env-so101 is not installed (the Makefile's install-dev installs it)")
     flags = ["eval", "--env.type=lerobot", "--env.name=so101", "--env.episode_length=15",
@@ -59,6 +60,15 @@ def test_so101_plugin_end_to_end(cli, tmp_path: Path) -> None:
     b = cli(*flags, "--eval.mode=lockstep", "--eval.isolation=none", f"--output_dir={tmp_path / 'l'}")
     assert b.rc == 0, b.err
     assert per_episode(tmp_path / "l") == eps
+    # sharded and resumed: shard 0 of 2 runs alone, then the launcher resumes the run (shard 0
+    # has nothing left, shard 1 runs) and merges: the unsharded run's episodes
+    sharded = ["--eval.num_shards=2", f"--output_dir={tmp_path / 's'}"]
+    first = cli(*flags, *sharded, "--eval.shard_id=0")
+    assert first.rc == 0, first.err
+    assert len(per_episode(tmp_path / "s")) == 2
+    rest = cli(*flags, *sharded, "--launch=local")
+    assert rest.rc == 0, rest.err
+    assert per_episode(tmp_path / "s") == eps
 
 
 # -- (b) LeRobot's PushT through the bridge == rollbench's own PushT ---------------------------

@@ -9,7 +9,8 @@
   successes too. The raw observations are compared as well, so a difference is placed in
   the simulator or in the processor.
 - The whole pipeline on LIBERO: real `lerobot-eval` and real `rollbench eval` run one
-  checkpoint over the same 2 episodes. Per-episode success and sum_reward must be equal, and
+  checkpoint (a tiny SmolVLA that infers at every step; a tiny X-VLA through its own env
+  processors) over the same 2 episodes. Per-episode success and sum_reward must be equal, and
   so must every action each env received (recorded in each env's `step`), which a policy
   computes from all it saw: equal actions at every step mean equal inputs at every step.
   LIBERO's reward is sparse (1 on success), so a random-init policy earns 0 in both; the
@@ -19,9 +20,13 @@
 first use (`get_assets_path()` ignores the `assets` entry of its config file; it looks in
 its own `_assets_path_cache`, then beside its code, then downloads, which fails offline
 with `FileNotFoundError: .../libero/assets/scenes/libero_tabletop_base_style.xml`). Its
-process gets three changes (LEROBOT_EVAL below), none touching an episode: the assets path
-cache points at the installed assets (what rollbench does itself), no videos (its
-`render()` renders both cameras once more per step), and the action recorder.
+process gets four changes (LEROBOT_EVAL below), none touching what an episode does: the
+assets path cache points at the installed assets (what rollbench does itself), no videos
+(its `render()` renders both cameras once more per step), the action recorder, and the
+cameras' size, passed to LeRobot's `LiberoEnv` (its config does not pass one): the episode
+comparisons render 64x64 in both tools, since rendering is most of LIBERO's cost on a CPU
+(~0.1 s per 256x256 frame here, 28 frames per reset). The step-for-step env comparison
+keeps LeRobot's 256x256.
 
 LeRobot's LIBERO config does not pass its image size (360x360 declared) or
 `camera_name_mapping` to the env, and its ALOHA config passes no image size either, so
@@ -48,7 +53,6 @@ import pytest
 pytest.importorskip("lerobot")
 
 from conftest import TESTS, load_info, per_episode, run_subprocess, subprocess_env
-from lerobot_helpers import make_checkpoint
 from rollbench.rendering import apply_backend, choose_backend
 
 pytestmark = [pytest.mark.lerobot, pytest.mark.slow]
@@ -73,8 +77,11 @@ ALOHA_TASK = "AlohaTransferCube-v0"
 ENV_STEPS = 15  # LIBERO renders two 256x256 cameras at ~6 steps/s here
 ALOHA_STEPS = 20
 EPISODES = 2
-LENGTH = 20
+LENGTH = 12
 SEED = 1000
+#: the cameras' size in the episode comparisons (both tools; LIBERO_SIZE below)
+SIZE = 64
+LIBERO_SIZE = (f"--env.observation_height={SIZE}", f"--env.observation_width={SIZE}")
 
 
 def gl_backend() -> str:
@@ -221,10 +228,14 @@ def test_aloha_env_equals_lerobots_step_for_step() -> None:
 LEROBOT_EVAL = """
 import json, sys
 import libero.libero
-assets, record = sys.argv.pop(1), sys.argv.pop(1)
+assets, record, size = sys.argv.pop(1), sys.argv.pop(1), int(sys.argv.pop(1))
 libero.libero._assets_path_cache = assets
 import lerobot.envs.libero as lib
 import lerobot.scripts.lerobot_eval as le
+init = lib.LiberoEnv.__init__
+def sized(self, *args, **kwargs):
+    init(self, *args, **{**kwargs, "observation_width": size, "observation_height": size})
+lib.LiberoEnv.__init__ = sized
 step = lib.LiberoEnv.step
 def recorded(self, action):
     with open(record, "a") as fh:
@@ -252,6 +263,12 @@ if os.environ.get("RECORD_ACTIONS"):
     lib.LiberoTaskEnv.step = recorder(lib.LiberoTaskEnv.step)
     # LeRobot's LIBERO through the bridge: its wrapper knows the episode
     bridge.InitStateOfEpisode.step = recorder(lambda self, action: self.env.step(action))
+if os.environ.get("LEROBOT_LIBERO_SIZE"):  # LeRobot's LiberoEnv at lerobot-eval's size here (LEROBOT_EVAL)
+    import lerobot.envs.libero as their_lib
+    size, init = int(os.environ["LEROBOT_LIBERO_SIZE"]), their_lib.LiberoEnv.__init__
+    def sized(self, *args, **kwargs):
+        init(self, *args, **{**kwargs, "observation_width": size, "observation_height": size})
+    their_lib.LiberoEnv.__init__ = sized
 """
 
 Actions = dict[int, list[tuple[str, list[float]]]]
@@ -267,30 +284,16 @@ def read_actions(path: Path) -> Actions:
 
 
 @pytest.fixture(scope="module")
-def libero_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random-init ACT with LIBERO's features that infers at every step (n_action_steps=1),
-    so every step's action depends on that step's observation."""
-    from rollbench.benchmarks.libero import LiberoConfig
-
-    bench = LiberoConfig(task=SUITE, task_ids=("0",))
-    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "act", bench, action_mean=0.0, action_std=1.0, n_action_steps=1)
-
-
-@pytest.mark.libero
-@needs_libero
-def test_libero_episodes_equal_lerobot_eval(libero_ckpt: Path, tmp_path: Path) -> None:
-    assert_libero_episodes_equal_lerobot_eval(libero_ckpt, tmp_path)
-
-
-@pytest.fixture(scope="module")
 def libero_smolvla_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random-init SmolVLA with LIBERO's features (two cameras, 8-d state, 7-d action)."""
+    """A tiny random-init SmolVLA with LIBERO's features (two cameras, 8-d state, 7-d action)
+    that infers at every step (n_action_steps=1), so every step's action depends on that
+    step's observation: every observation goes through the whole pipeline."""
     pytest.importorskip("num2words", reason="SmolVLM's processor needs num2words: make install-dev installs it")
     from rollbench.benchmarks.libero import LiberoConfig
     from vla_helpers import make_smolvla_checkpoint
 
-    bench = LiberoConfig(task=SUITE, task_ids=("0",))
-    return make_smolvla_checkpoint(tmp_path_factory.mktemp("vla") / "smolvla", bench)
+    bench = LiberoConfig(task=SUITE, task_ids=("0",), observation_height=SIZE, observation_width=SIZE)
+    return make_smolvla_checkpoint(tmp_path_factory.mktemp("vla") / "smolvla", bench, n_action_steps=1)
 
 
 @pytest.mark.libero
@@ -313,7 +316,7 @@ def libero_xvla_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pat
     from rollbench.benchmarks.libero import LiberoConfig
     from vla_xvla import make_xvla_libero_checkpoint
 
-    bench = LiberoConfig(task=SUITE, task_ids=("0",))
+    bench = LiberoConfig(task=SUITE, task_ids=("0",), observation_height=SIZE, observation_width=SIZE)
     root = tmp_path_factory.mktemp("xvla")
     return {kind: make_xvla_libero_checkpoint(root / kind, bench, published=kind == "published")
             for kind in ("published", "standard")}
@@ -340,7 +343,7 @@ def test_libero_xvla_episodes_equal_lerobot_eval(libero_xvla_ckpts: dict[str, Pa
     )
     assert read_actions(standard) == published
     # the preflight sees what X-VLA's env processors make: the 20-d state, the model's 20-d action
-    res = run_subprocess("check", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=0",
+    res = run_subprocess("check", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=0", *LIBERO_SIZE,
                          f"--policy.path={libero_xvla_ckpts['standard']}", **libero_threads(**offline))
     assert res.rc == 0 and "it fits" in res.out, res.out + res.err[-2000:]
     assert re.search(r"observation\.state +STATE\[20\] +STATE\[20\] float32 +ok", res.out), res.out
@@ -361,8 +364,11 @@ def run_rollbench_on_libero(ckpt: Path, tmp_path: Path, *flags: str, bridge: boo
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
     our_actions = tmp_path / "rollbench.jsonl"
-    env_flags = (("--env.type=lerobot", "--env.name=libero", "--env.fields=task_ids=[0]") if bridge else
-                 ("--env.type=libero", "--env.task_ids=0"))
+    if bridge:  # LeRobot's config passes no camera size to its env: the hook gives it lerobot-eval's
+        env_flags: tuple[str, ...] = ("--env.type=lerobot", "--env.name=libero", "--env.fields=task_ids=[0]")
+        env = {**env, "LEROBOT_LIBERO_SIZE": str(SIZE)}
+    else:
+        env_flags = ("--env.type=libero", "--env.task_ids=0", *LIBERO_SIZE)
     res = run_subprocess(
         "eval", *env_flags, f"--env.task={SUITE}", f"--env.episode_length={LENGTH}",
         f"--policy.path={ckpt}", "--policy.device=cpu", "--eval.mode=lockstep", f"--eval.batch_size={EPISODES}",
@@ -388,7 +394,7 @@ def assert_libero_episodes_equal_lerobot_eval(ckpt: Path, tmp_path: Path, *flags
     their_actions = tmp_path / "lerobot.jsonl"
     proc = subprocess.run(
         [
-            sys.executable, "-c", LEROBOT_EVAL, str(assets), str(their_actions), f"--policy.path={libero_ckpt}",
+            sys.executable, "-c", LEROBOT_EVAL, str(assets), str(their_actions), str(SIZE), f"--policy.path={libero_ckpt}",
             "--policy.device=cpu", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=[0]",
             f"--env.episode_length={LENGTH}", f"--eval.n_episodes={EPISODES}", f"--eval.batch_size={EPISODES}",
             f"--seed={SEED}", f"--output_dir={tmp_path / 'lerobot'}",

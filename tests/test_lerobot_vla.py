@@ -374,17 +374,17 @@ def test_pi0_lockstep_equals_lerobot_eval(pi0_ckpts: dict[str, Path], tmp_path: 
 def test_a_vla_runs_a_libero_episode(ptype: str, tmp_path: Path) -> None:
     """One short LIBERO episode per VLA type, end to end through `rollbench eval` (SmolVLA's
     LIBERO episodes are compared with lerobot-eval action for action in test_lerobot_env_parity.py):
-    two 256x256 cameras and the 8-d state through each type's processors, and the task's
-    instruction as its prompt (BenchmarkConfig.policy_task: LIBERO's language, as LeRobot's
-    LiberoEnv gives it)."""
-    from test_lerobot_env_parity import SUITE, gl_backend, needs_libero
+    two cameras (64x64: rendering is most of LIBERO's cost here) and the 8-d state through each
+    type's processors, and the task's instruction as its prompt (BenchmarkConfig.policy_task:
+    LIBERO's language, as LeRobot's LiberoEnv gives it)."""
+    from test_lerobot_env_parity import LIBERO_SIZE, SIZE, SUITE, gl_backend, needs_libero
 
     if needs_libero.args[0]:
         pytest.skip(needs_libero.kwargs["reason"])
     from conftest import TESTS
     from rollbench.benchmarks.libero import LiberoConfig, prepare_libero
 
-    bench = LiberoConfig(task=SUITE, task_ids=("0",))
+    bench = LiberoConfig(task=SUITE, task_ids=("0",), observation_height=SIZE, observation_width=SIZE)
     prepare_libero(bench.assets())  # sets $LIBERO_CONFIG_PATH, which the subprocesses inherit
     ckpt, env = tmp_path / ptype, {**OFFLINE, "MUJOCO_GL": gl_backend()}
     if ptype == "groot":
@@ -398,7 +398,8 @@ def test_a_vla_runs_a_libero_episode(ptype: str, tmp_path: Path) -> None:
             pytest.skip(f"pi0/pi05 need openpi's transformers in {OPENPI_OVERLAY}; run: {OVERLAY_INSTALL}")
         build = ("import sys; from pathlib import Path; from vla_pi0 import make_pi0_checkpoint; "
                  "from rollbench.benchmarks.libero import LiberoConfig; "
-                 f"make_pi0_checkpoint(Path(sys.argv[1]), LiberoConfig(task={SUITE!r}, task_ids=('0',)), policy_type={ptype!r})")
+                 f"make_pi0_checkpoint(Path(sys.argv[1]), LiberoConfig(task={SUITE!r}, task_ids=('0',), "
+                 f"observation_height={SIZE}, observation_width={SIZE}), policy_type={ptype!r})")
         path = f"{OPENPI_OVERLAY}:{TESTS}"
         proc = subprocess.run([sys.executable, "-c", build, str(ckpt)], capture_output=True, text=True, timeout=600,
                               env={**subprocess_env(), **env, "PYTHONPATH": path}, stdin=subprocess.DEVNULL)
@@ -409,7 +410,7 @@ def test_a_vla_runs_a_libero_episode(ptype: str, tmp_path: Path) -> None:
         env.update(PYTHONPATH=f"{OPENPI_OVERLAY}:{hook}:{TESTS}", TINY_PI0="1")
     out = tmp_path / "run"
     res = run_subprocess(
-        "eval", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=0", "--env.episode_length=6",
+        "eval", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=0", *LIBERO_SIZE, "--env.episode_length=6",
         f"--policy.path={ckpt}", "--eval.n_episodes=1", "--eval.max_episodes_rendered=0", "--eval.report=false",
         f"--output_dir={out}", timeout=600, **env,
     )
