@@ -9,8 +9,8 @@
   successes too. The raw observations are compared as well, so a difference is placed in
   the simulator or in the processor.
 - The whole pipeline on LIBERO: real `lerobot-eval` and real `rollbench eval` run one
-  checkpoint (a tiny SmolVLA that infers at every step; a tiny X-VLA through its own env
-  processors) over the same 2 episodes. Per-episode success and sum_reward must be equal, and
+  checkpoint (a tiny SmolVLA; a tiny X-VLA through its own env processors) over the same 2
+  episodes. Per-episode success and sum_reward must be equal, and
   so must every action each env received (recorded in each env's `step`), which a policy
   computes from all it saw: equal actions at every step mean equal inputs at every step.
   LIBERO's reward is sparse (1 on success), so a random-init policy earns 0 in both; the
@@ -285,15 +285,15 @@ def read_actions(path: Path) -> Actions:
 
 @pytest.fixture(scope="module")
 def libero_smolvla_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random-init SmolVLA with LIBERO's features (two cameras, 8-d state, 7-d action)
-    that infers at every step (n_action_steps=1), so every step's action depends on that
-    step's observation: every observation goes through the whole pipeline."""
+    """A tiny random-init SmolVLA with LIBERO's features (two cameras, 8-d state, 7-d action).
+    It infers every 4th step; that every step's observation reaches a policy as LeRobot's does
+    is the step-for-step test's (1.)."""
     pytest.importorskip("num2words", reason="SmolVLM's processor needs num2words: make install-dev installs it")
     from rollbench.benchmarks.libero import LiberoConfig
     from vla_helpers import make_smolvla_checkpoint
 
     bench = LiberoConfig(task=SUITE, task_ids=("0",), observation_height=SIZE, observation_width=SIZE)
-    return make_smolvla_checkpoint(tmp_path_factory.mktemp("vla") / "smolvla", bench, n_action_steps=1)
+    return make_smolvla_checkpoint(tmp_path_factory.mktemp("vla") / "smolvla", bench)
 
 
 @pytest.mark.libero
