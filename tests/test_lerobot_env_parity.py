@@ -74,7 +74,7 @@ needs_libero = pytest.mark.skipif(_libero_assets() is None, reason="needs hf-lib
 
 SUITE = "libero_spatial"  # task 0: pick up the black bowl between the plate and the ramekin
 ALOHA_TASK = "AlohaTransferCube-v0"
-ENV_STEPS = 15  # LIBERO renders two 256x256 cameras at ~6 steps/s here
+ENV_STEPS = 10  # LIBERO renders two 256x256 cameras at ~6 steps/s here
 ALOHA_STEPS = 20
 EPISODES = 2
 LENGTH = 12
@@ -150,22 +150,24 @@ def their_success(info: Mapping[str, Any]) -> bool:
 # -- 1. LIBERO, step for step -----------------------------------------------------------
 @pytest.mark.libero
 @needs_libero
-def test_libero_env_equals_lerobots_step_for_step() -> None:
+@pytest.mark.parametrize("suite", [SUITE, "libero_object"])
+def test_libero_env_equals_lerobots_step_for_step(suite: str) -> None:
+    """The first task of two suites (each suite has its own scenes, objects and init states)."""
     apply_backend(gl_backend())
     from rollbench.benchmarks.libero import LiberoConfig, prepare_libero
 
-    bench = LiberoConfig(task=SUITE, task_ids=("0",))
+    bench = LiberoConfig(task=suite, task_ids=("0",))
     prepare_libero(bench.assets())  # hf-libero's config file and assets, for LeRobot's import too
     from lerobot.envs.configs import LiberoEnv
     from lerobot.envs.factory import make_env, make_env_pre_post_processors
     from lerobot.policies.act.configuration_act import ACTConfig
     from lerobot.processor.env_processor import LiberoProcessorStep
 
-    cfg = LiberoEnv(task=SUITE, task_ids=[0], episode_length=ENV_STEPS + 1)
+    cfg = LiberoEnv(task=suite, task_ids=[0], episode_length=ENV_STEPS + 1)
     their_pre, _ = make_env_pre_post_processors(cfg, ACTConfig(device="cpu"))
     assert [type(s) for s in their_pre.steps] == [LiberoProcessorStep]
-    theirs = make_env(cfg, n_envs=1)[SUITE][0]  # a SyncVectorEnv, as lerobot-eval makes it
-    (task,) = bench.tasks()[SUITE]
+    theirs = make_env(cfg, n_envs=1)[suite][0]  # a SyncVectorEnv, as lerobot-eval makes it
+    (task,) = bench.tasks()[suite]
     ours = bench.make_task_env(task)
     rng = np.random.default_rng(0)
     try:
@@ -191,16 +193,17 @@ def test_libero_env_equals_lerobots_step_for_step() -> None:
 # -- 2. ALOHA, step for step ------------------------------------------------------------
 @pytest.mark.aloha
 @needs_aloha
-def test_aloha_env_equals_lerobots_step_for_step() -> None:
+@pytest.mark.parametrize("aloha_task", [ALOHA_TASK, "AlohaInsertion-v0"])
+def test_aloha_env_equals_lerobots_step_for_step(aloha_task: str) -> None:
     apply_backend(gl_backend())
     from lerobot.envs.configs import AlohaEnv
     from lerobot.envs.factory import make_env
 
     from rollbench.benchmarks.aloha import AlohaConfig
 
-    bench = AlohaConfig(task=ALOHA_TASK)
-    theirs = make_env(AlohaEnv(task=ALOHA_TASK), n_envs=1)["aloha"][0]
-    ours = bench.make_task_env(ALOHA_TASK)
+    bench = AlohaConfig(task=aloha_task)
+    theirs = make_env(AlohaEnv(task=aloha_task), n_envs=1)["aloha"][0]
+    ours = bench.make_task_env(aloha_task)
     identity = lambda batch: batch  # noqa: E731  (LeRobot adds no env processor for ALOHA)
     rng = np.random.default_rng(0)
     try:
