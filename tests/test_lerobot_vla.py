@@ -334,6 +334,26 @@ def test_xvla_off_libero_is_refused_in_one_line(tmp_path: Path) -> None:
     assert res.rc == 2 and "written for LIBERO only" in res.err and "Traceback" not in res.err, res.err
 
 
+@pytest.mark.libero
+def test_xvla_is_not_served(tmp_path: Path) -> None:
+    """`rollbench serve` takes processed observations from its clients; X-VLA's own env processors
+    read the raw ones: refused in one line rather than fed flipped images and an 8-d state."""
+    from test_lerobot_env_parity import SUITE, needs_libero
+    from vla_xvla import make_xvla_libero_checkpoint
+
+    if needs_libero.args[0]:
+        pytest.skip(needs_libero.kwargs["reason"])
+    from rollbench.benchmarks.libero import LiberoConfig
+
+    bench = LiberoConfig(task=SUITE, task_ids=("0",))
+    ckpt = make_xvla_libero_checkpoint(tmp_path / "xvla", bench, published=False)
+    res = run_subprocess("serve", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=0",
+                         f"--policy.path={ckpt}", "--port=0", timeout=300, **OFFLINE)
+    errors = [ln for ln in res.err.splitlines() if ln.startswith("rollbench: error:")]
+    assert res.rc == 2 and len(errors) == 1 and "Traceback" not in res.err, res.err[-2000:]
+    assert "brings its own env processors" in errors[0] and "evaluate it with rollbench eval" in errors[0]
+
+
 #: openpi's patched transformers, which LeRobot 0.4.4's pi0/pi05 need and no other type accepts:
 #: an overlay directory put first on PYTHONPATH (the rest comes from the venv); make install-dev
 #: installs it

@@ -129,6 +129,14 @@ def build_server(flags: dict[str, str]) -> tuple[PolicyServer, Policy]:
     listen = build(ListenConfig, flags, "")
     ctx = StepContext(bench, policy_cfg)
     policy = ctx.make_policy()
+    own = getattr(policy, "env_processors", None)
+    if own is not None and own(bench) is not None:  # X-VLA: clients send processed observations
+        policy.close()
+        raise ConfigError(
+            f"rollbench serve: {ctx.policy_name()} brings its own env processors, which read the env's raw "
+            f"observation; clients send processed ones (the benchmark's features), so it cannot be served: "
+            f"evaluate it with rollbench eval"
+        )
     opts = ServerOptions(
         host=listen.host, port=listen.port, api_key=listen.api_key or os.environ.get("ROLLBENCH_API_KEY") or None,
         max_batch_size=serve_cfg.max_batch_size, max_wait_ms=serve_cfg.max_wait_ms, max_message_mb=serve_cfg.max_message_mb,
