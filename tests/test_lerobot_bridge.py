@@ -104,6 +104,9 @@ def test_pusht_through_the_bridge_equals_native(cli, tmp_path: Path, pusht_ckpts
     assert list(ours.values()) == list(theirs.values())
     assert any(v[1] > 0 for v in ours.values()), "some reward, or the comparison says little"
     assert load_info(tmp_path / "b")["per_task"][0]["task"] == "pusht"
+    # the preflight through the bridge: one real observation of LeRobot's env against the checkpoint
+    check = cli("check", "--env.type=lerobot", "--env.name=pusht", *fields, f"--policy.path={pusht_ckpts[obs_type]}")
+    assert check.rc == 0 and "it fits" in check.out, check.out + check.err
 
 
 @pytest.mark.pusht

@@ -128,6 +128,27 @@ def test_videos_sent_back_to_the_driver_are_where_the_report_expects_them(cli, c
     assert not list(tmp_path.glob("videos/**/.*.tmp.mp4"))
 
 
+@pytest.mark.pusht
+def test_lerobots_env_through_the_bridge_in_ray_actors(cli, cluster, tmp_path: Path) -> None:
+    """The `lerobot` bridge on Ray: LeRobot's PushT built in the actors from its config (passed
+    through --env.fields), the episodes of a local run, and its `render()` filmed and sent back."""
+    pytest.importorskip("gym_pusht")
+    import av
+
+    flags = ("eval", "--env.type=lerobot", "--env.name=pusht", "--env.fields=obs_type=environment_state_agent_pos",
+             "--env.episode_length=20", "--policy.type=random", "--eval.n_episodes=3", "--seed=1000",
+             "--eval.max_episodes_rendered=1", "--eval.report=false")
+    local = run_subprocess(*flags, f"--output_dir={tmp_path / 'local'}")
+    assert local.rc == 0, local.err
+    res = cli(*flags, "--executor=ray", "--ray.upload_videos=true", f"--output_dir={tmp_path / 'ray'}")
+    assert res.rc == 0, res.err
+    assert load_info(tmp_path / "ray")["mode"] == "ray"
+    assert per_episode(tmp_path / "ray") == per_episode(tmp_path / "local")
+    (video,) = load_info(tmp_path / "ray")["overall"]["video_paths"]
+    with av.open(str(tmp_path / "ray" / video)) as container:
+        assert sum(1 for _ in container.decode(video=0)) > 1
+
+
 def test_an_actor_that_cannot_start_is_reported_once(cli, cluster, tmp_path: Path) -> None:
     res = cli("eval", "--env.type=fake", "--policy.type=module", "--policy.path=helpers_policies:fails_in_ray_actors",
               "--policy.placement=worker", "--eval.n_episodes=2", "--executor=ray", f"--output_dir={tmp_path}")
