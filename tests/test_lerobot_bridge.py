@@ -329,3 +329,29 @@ def test_bad_input_is_one_line_exit_2_nothing_written(cli, tmp_path: Path, flags
     out = tmp_path / "out"
     res = cli("eval", "--env.type=lerobot", *flags, "--policy.type=random", f"--output_dir={out}")
     _one_line_error(res, out, *words)
+
+
+def test_a_plugin_that_fails_to_import_is_named_with_its_error(tmp_path: Path) -> None:
+    """A `lerobot_env_*` distribution whose import raises: the run stops in one line that names
+    the plugin and its own error (a broken plugin does not hide the others)."""
+    site = tmp_path / "site"
+    (site / "lerobot_env_broken").mkdir(parents=True)
+    (site / "lerobot_env_broken" / "__init__.py").write_text('raise ImportError("needs the simulator broksim")\n')
+    (site / "lerobot_env_broken-0.1.dist-info").mkdir()
+    (site / "lerobot_env_broken-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: lerobot-env-broken\nVersion: 0.1\n")
+    res = run_subprocess("eval", "--env.type=lerobot", "--env.name=broken", "--policy.type=random",
+                         f"--output_dir={tmp_path / 'out'}", PYTHONPATH=str(site))
+    errors = [ln for ln in res.err.splitlines() if ln.startswith("rollbench: error:")]
+    assert res.rc == 2 and len(errors) == 1 and "Traceback" not in res.err, res.err
+    assert "lerobot_env_broken (ImportError: needs the simulator broksim)" in errors[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_envhub_file_without_make_env_is_one_line(cli, tmp_path: Path) -> None:
+    path = tmp_path / "env.py"
+    path.write_text("X = 1\n")
+    res = cli("eval", "--env.type=hub", f"--env.hub_path={path}", "--trust_remote_code=true", "--policy.type=random",
+              f"--output_dir={tmp_path / 'out'}")
+    assert res.rc == 2 and "defines no make_env" in res.err and "Traceback" not in res.err, res.err
+    assert not (tmp_path / "out").exists()
