@@ -515,6 +515,22 @@ class InitStateOfEpisode(gym.Wrapper):  # type: ignore[misc]
         return self.env.reset(**kwargs)
 
 
+class SeededGoals(gym.Wrapper):  # type: ignore[misc]
+    """LeRobot's MetaWorld env leaves its goal positions to the global `np.random`, so its
+    episodes are not functions of their seeds (nor lerobot-eval's repeatable). A reset with a
+    seed first seeds the MetaWorld env's goal draws from it (`seed`, `seeded_rand_vec`), as
+    rollbench's own MetaWorld does: an episode is then a function of its seed, and equal to
+    `--env.type=metaworld`'s at the same image settings."""
+
+    def reset(self, **kwargs: Any) -> Any:
+        seed = kwargs.get("seed")
+        if seed is not None:
+            inner = getattr(self.env.unwrapped, "_env")  # noqa: B009
+            inner.seed(int(seed))
+            inner.seeded_rand_vec = True
+        return self.env.reset(**kwargs)
+
+
 # -- the benchmark ----------------------------------------------------------------------------
 
 
@@ -604,6 +620,8 @@ class LerobotEnvConfig(BenchmarkConfig):
         remember_facts(self, task, env)
         if hasattr(env.unwrapped, "init_state_id"):
             env = InitStateOfEpisode(env)
+        if hasattr(getattr(env.unwrapped, "_env", None), "seeded_rand_vec"):
+            env = SeededGoals(env)
         return env
 
     def _facts(self, task: str) -> EnvFacts:
