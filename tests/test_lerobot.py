@@ -12,6 +12,7 @@ import math
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -77,9 +78,11 @@ def assert_same_episodes(a: list[tuple[bool, float, float]], b: list[tuple[bool,
 
 @pytest.mark.slow
 def test_parity_with_lerobot_eval_on_pusht_pixels(act_ckpt: Path, tmp_path: Path) -> None:
-    theirs = lerobot_eval(act_ckpt, tmp_path / "lerobot", batch_size=2)
+    with ThreadPoolExecutor(1) as pool:  # the two tools at once: independent processes
+        their_run = pool.submit(lerobot_eval, act_ckpt, tmp_path / "lerobot", batch_size=2)
+        res = run_subprocess(*rollbench_args(act_ckpt, tmp_path / "lockstep", "--eval.mode=lockstep", "--eval.batch_size=2"))
+        theirs = their_run.result()
     assert any(r[1] > 0 for r in theirs), "the episodes should earn some reward, or the comparison is empty"
-    res = run_subprocess(*rollbench_args(act_ckpt, tmp_path / "lockstep", "--eval.mode=lockstep", "--eval.batch_size=2"))
     assert res.rc == 0, res.err[-3000:]
     assert load_info(tmp_path / "lockstep")["mode"] == "lockstep"
     assert_same_episodes(ours(tmp_path / "lockstep"), theirs)
@@ -257,8 +260,11 @@ def test_lerobot_eval_seeding_gives_lerobot_eval_s_sampled_episodes(tmp_path: Pa
     episodes equal lerobot-eval's at the same batch size. The default (noise from each
     episode's seed) gives other draws, which shows the comparison can tell them apart."""
     ckpt = make_checkpoint(tmp_path / "diffusion", PushTConfig(), policy_type="diffusion")
-    theirs = lerobot_eval(ckpt, tmp_path / "lerobot", batch_size=2)
-    res = run_subprocess(*rollbench_args(ckpt, tmp_path / "seeded", "--policy.seeding=lerobot-eval", "--eval.batch_size=2"))
+    with ThreadPoolExecutor(1) as pool:  # the two tools at once: independent processes
+        their_run = pool.submit(lerobot_eval, ckpt, tmp_path / "lerobot", batch_size=2)
+        res = run_subprocess(*rollbench_args(ckpt, tmp_path / "seeded", "--policy.seeding=lerobot-eval",
+                                             "--eval.batch_size=2"))
+        theirs = their_run.result()
     assert res.rc == 0, res.err[-3000:]
     info = load_info(tmp_path / "seeded")
     assert info["mode"] == "lockstep" and info["config"]["policy"]["seeding"] == "lerobot-eval"

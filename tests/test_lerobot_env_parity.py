@@ -35,6 +35,7 @@ the envs render their defaults here: LIBERO 256x256, ALOHA 480x640.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import math
@@ -43,7 +44,8 @@ import re
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -337,17 +339,24 @@ def test_libero_xvla_episodes_equal_lerobot_eval(libero_xvla_ckpts: dict[str, Pa
     the shared steps run once, and the bridge hands X-VLA LeRobot's observation as the native
     benchmark does."""
     offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    runs: dict[str, Any] = {}
+
+    def standard_through_the_bridge() -> None:
+        runs["standard"], _ = run_rollbench_on_libero(
+            libero_xvla_ckpts["standard"], tmp_path / "standard", "--policy.seeding=lerobot-eval", bridge=True, **offline,
+        )
+        # the preflight sees what X-VLA's env processors make: the 20-d state, the model's 20-d action
+        runs["check"] = run_subprocess("check", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=0",
+                                       *LIBERO_SIZE, f"--policy.path={libero_xvla_ckpts['standard']}",
+                                       **libero_threads(**offline))
+
     assert_libero_episodes_equal_lerobot_eval(
-        libero_xvla_ckpts["published"], tmp_path / "published", "--policy.seeding=lerobot-eval", **offline,
+        libero_xvla_ckpts["published"], tmp_path / "published", "--policy.seeding=lerobot-eval",
+        meanwhile=standard_through_the_bridge, **offline,
     )
     published = read_actions(tmp_path / "published" / "rollbench.jsonl")
-    standard, _ = run_rollbench_on_libero(
-        libero_xvla_ckpts["standard"], tmp_path / "standard", "--policy.seeding=lerobot-eval", bridge=True, **offline,
-    )
-    assert read_actions(standard) == published
-    # the preflight sees what X-VLA's env processors make: the 20-d state, the model's 20-d action
-    res = run_subprocess("check", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=0", *LIBERO_SIZE,
-                         f"--policy.path={libero_xvla_ckpts['standard']}", **libero_threads(**offline))
+    assert read_actions(runs["standard"]) == published
+    res = runs["check"]
     assert res.rc == 0 and "it fits" in res.out, res.out + res.err[-2000:]
     assert re.search(r"observation\.state +STATE\[20\] +STATE\[20\] float32 +ok", res.out), res.out
 
@@ -384,9 +393,11 @@ def run_rollbench_on_libero(ckpt: Path, tmp_path: Path, *flags: str, bridge: boo
     return our_actions, [eps[(SUITE, 0, i)] for i in range(EPISODES)]
 
 
-def assert_libero_episodes_equal_lerobot_eval(ckpt: Path, tmp_path: Path, *flags: str, **env: str) -> None:
+def assert_libero_episodes_equal_lerobot_eval(ckpt: Path, tmp_path: Path, *flags: str,
+                                              meanwhile: Callable[[], None] | None = None, **env: str) -> None:
     """lerobot-eval and `rollbench eval` (lockstep) on LIBERO's first libero_spatial task: every
-    step's action (recorded in both processes) and every episode's results equal."""
+    step's action (recorded in both processes) and every episode's results equal. The two run
+    at once (lerobot-eval uses one core), and so does `meanwhile`, if given."""
     from rollbench.benchmarks.libero import LiberoConfig, prepare_libero
 
     libero_ckpt = ckpt
@@ -395,7 +406,8 @@ def assert_libero_episodes_equal_lerobot_eval(ckpt: Path, tmp_path: Path, *flags
     prepare_libero(assets)  # sets $LIBERO_CONFIG_PATH, which both subprocesses inherit
     threads = libero_threads(**env)
     their_actions = tmp_path / "lerobot.jsonl"
-    proc = subprocess.run(
+    their_run = functools.partial(
+        subprocess.run,
         [
             sys.executable, "-c", LEROBOT_EVAL, str(assets), str(their_actions), str(SIZE), f"--policy.path={libero_ckpt}",
             "--policy.device=cpu", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=[0]",
@@ -404,10 +416,14 @@ def assert_libero_episodes_equal_lerobot_eval(ckpt: Path, tmp_path: Path, *flags
         ],
         capture_output=True, text=True, timeout=600, env=subprocess_env(**threads), stdin=subprocess.DEVNULL,
     )
+    with ThreadPoolExecutor(1) as pool:
+        theirs = pool.submit(their_run)
+        our_actions, ours = run_rollbench_on_libero(libero_ckpt, tmp_path, *flags, **env)
+        if meanwhile is not None:
+            meanwhile()
+        proc = theirs.result()
     assert proc.returncode == 0, proc.stderr[-3000:]
     (task,) = json.loads((tmp_path / "lerobot" / "eval_info.json").read_text())["per_task"]
-
-    our_actions, ours = run_rollbench_on_libero(libero_ckpt, tmp_path, *flags, **env)
 
     print(task["metrics"], ours)
     a, b = read_actions(our_actions), read_actions(their_actions)

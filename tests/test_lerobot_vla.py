@@ -12,6 +12,7 @@ import json
 import math
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -121,9 +122,11 @@ def assert_equals_lerobot_eval(ckpt: Path, tmp_path: Path, first: tuple[Path, ..
     """lerobot-eval at batch 2 and `rollbench eval --policy.seeding=lerobot-eval` (lockstep, env
     workers) on PushT pixels: every action of every episode, then every episode's results."""
     theirs_env, theirs_record = recording_env(tmp_path, "lerobot", first, **env)
-    theirs = lerobot_eval(ckpt, tmp_path / "lerobot", 2, theirs_env)
     ours_env, ours_record = recording_env(tmp_path, "rollbench", first, **env)
-    ours = rollbench(ckpt, tmp_path / "ours", "--policy.seeding=lerobot-eval", "--eval.batch_size=2", env=ours_env)
+    with ThreadPoolExecutor(1) as pool:  # two independent processes: both cores work (lerobot-eval uses one)
+        theirs_run = pool.submit(lerobot_eval, ckpt, tmp_path / "lerobot", 2, theirs_env)
+        ours = rollbench(ckpt, tmp_path / "ours", "--policy.seeding=lerobot-eval", "--eval.batch_size=2", env=ours_env)
+        theirs = theirs_run.result()
     assert load_info(tmp_path / "ours")["mode"] == "lockstep"
     a, b = read_actions(ours_record), read_actions(theirs_record)
     assert sorted(a) == sorted(b) == [SEED + i for i in range(EPISODES)]
