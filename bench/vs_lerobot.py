@@ -1,10 +1,22 @@
-"""rollbench vs lerobot-eval on the same LeRobot checkpoint and the same episodes.
+"""rollbench (continuous, lockstep) vs lerobot-eval on the same LeRobot checkpoint and episodes.
 
-    .venv/bin/python bench/vs_lerobot.py [--workload pusht|mt10] [--episodes N] [--batch-size B]
-        [--repeats 3] [--episode-length L] [--checkpoint DIR] [--rollbench-args "..."]
+    .venv/bin/python bench/vs_lerobot.py [--workload pusht|mt10] [--policy act|diffusion|smolvla]
+        [--modes continuous,lockstep,lerobot-eval] [--episodes N] [--batch-size B] [--repeats 3]
+        [--episode-length L] [--device cpu|cuda] [--workers W] [--checkpoint DIR]
+        [--rollbench-args "..."] [--lerobot-eval-args "..."] [--json PATH]
 
-Workloads (a random-init ACT: resnet18 backbone, tiny transformer, chunk 10, saved by
-tests/lerobot_helpers.py, or `--checkpoint DIR`):
+Policies (random init, built offline by tests/lerobot_helpers.py and tests/vla_helpers.py, or
+`--checkpoint DIR`, whose type `--policy` then only names):
+
+- `act` (default): resnet18 backbone, tiny transformer, chunk 10, all 10 executed.
+- `diffusion`: resnet18 + spatial softmax, 2 observations of history, horizon 8, 4 actions
+  executed per sample of 4 denoising steps.
+- `smolvla`: a tiny SmolVLM backbone (64x64 images, 2 layers), chunk 8, 4 executed, 4
+  flow-matching steps. Every process runs with HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1.
+  On MetaWorld its action stats are PushT's (mean 256, std 100): its actions saturate at the
+  env's [-1, 1] clip, the same for every mode.
+
+Workloads:
 
 - `pusht` (default): PushT pixels (96x96), 16 episodes of 300 steps, lerobot-eval
   `--eval.batch_size=8`.
@@ -14,90 +26,317 @@ tests/lerobot_helpers.py, or `--checkpoint DIR`):
   here), so lerobot-eval runs with its rollout capped at the same length in its own process
   (`lerobot_helpers.capped_lerobot_eval`; nothing else changes).
 
-Each repeat runs lerobot-eval and `rollbench eval` (its default scheduling) as
-subprocesses, one after the other; wall time includes start-up (imports, model load), as a
-user sees it. env-steps/s counts the episodes' own steps (rollbench's n_steps; both tools
-run the same seeds, so on PushT the same episodes), not the masked steps lerobot-eval's
-finished envs keep taking. Both write videos of the first 10 episodes of every task, every
-step (lerobot-eval's 0.4.4 default; rollbench is given `--eval.max_episodes_rendered=10
---eval.video_fps=1000`, since its own defaults film less).
+Modes (`--modes`, comma separated, run in that order within each repeat): `continuous` and
+`lockstep` are `rollbench eval --eval.mode=...` at rollbench's defaults otherwise (lockstep's
+batch is min(50, episodes per task), not lerobot-eval's `--batch-size`; `--workers` sets
+`--workers` for both); `lerobot-eval` is LeRobot's own. Sampling policies run with rollbench's
+default `--policy.seeding=episode` (each episode's noise from its own seed).
+
+Each repeat runs every mode once, as subprocesses, one after the other, and the ratios are
+taken within the repeat (other work on the machine loads all of a repeat's runs alike); the
+table shows the medians over repeats. Wall time includes start-up (imports, model load), as
+a user sees it; CPU s is user + system time of all the run's processes (sampled from /proc
+every 0.1 s: bench/throughput.py's CpuMeter). env-steps/s counts the episodes' own steps
+(rollbench's n_steps, the same for every mode on these workloads, where a random policy never
+succeeds), not the masked steps lerobot-eval's finished envs keep taking. Rows per call are counted in every process by a
+`sitecustomize` hook (PYTHONPATH; a few microseconds per call): `rows/call` is the mean rows
+per policy call (rollbench's `StepContext.act`, lerobot-eval's `select_action`: its batch,
+finished envs included); `rows/net` the mean rows per network call (ACT's
+`predict_action_chunk`, Diffusion's `conditional_sample`, SmolVLA's `sample_actions`). Every
+mode films the first 10 episodes of every task, every step (lerobot-eval's 0.4.4 default;
+rollbench is given `--eval.max_episodes_rendered=10 --eval.video_fps=1000`, since its own
+defaults film less).
+
+Measured on 2 shared CPU cores (2026-12-04, another job's tests loading them; bench/gpu.sh is
+the GPU counterpart): the ratios follow that load more than either tool. lerobot-eval and
+rollbench's lockstep run torch with one thread per core, and those threads spin against the
+env workers and the other job: Diffusion on PushT took lerobot-eval 37, 45 and 233 s in three
+repeats (its DDPM U-Net call 13 ms in rollbench's one-thread driver, 550 ms in lerobot-eval
+under load). Median of 3, Diffusion on PushT: continuous 1.01x lerobot-eval, lockstep 0.87x;
+SmolVLA 4.5x and 2.6x. On a quiet pair of cores Diffusion cannot reach 2x: both tools do the
+same work (per chunk of 4 steps, resnet18 on 2 frames per episode, 4 U-Net steps; the PushT
+steps, renders and videos) and lerobot-eval already keeps ~1.5 cores busy (65 CPU s in
+45 s), so 2 cores bound rollbench near 1.4x. A cProfile of continuous's driver (2 workers x
+4 slots, 4 rows per call: one worker's slots, the two workers alternate) spent 22 s in the
+policy (16.5 s resnet18 encoding both history frames again every chunk, as LeRobot does;
+3.8 s U-Net), 16 s waiting for the workers (11-12 CPU s each: PushT steps, renders, videos),
+8 s starting (imports 7 s).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rollbench.config.env import BenchmarkConfig
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE))
 BIN = Path(sys.executable).parent
 
 # workload -> defaults: episodes (per task), lerobot-eval batch size, episode length
 WORKLOADS = {"pusht": (16, 8, 300), "mt10": (2, 2, 50)}
+POLICIES = ("act", "diffusion", "smolvla")
+MODES = ("continuous", "lockstep", "lerobot-eval")
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+# Loaded at start-up by every Python process of a run (PYTHONPATH): when one of the modules
+# below is imported, its methods are wrapped to append "<tag> <rows>" per call to
+# $VS_LEROBOT_ROWS. Lazy (a meta path finder), so a process imports nothing it would not.
+ROWS_HOOK = '''
+import importlib.abc, os, sys
+
+def _lead(batch):
+    for v in (batch.values() if isinstance(batch, dict) else [batch]):
+        if getattr(v, "shape", None):
+            return int(v.shape[0])
+    return -1
+
+def _arg(i, name):
+    return lambda a, k: k[name] if name in k else a[i]
+
+_batch = _arg(1, "batch")
+_WRAP = {
+    "rollbench.scheduler.common": [("StepContext", "act", "act", lambda a, k: len(_arg(3, "slots")(a, k)))],
+    "lerobot.policies.act.modeling_act": [
+        ("ACTPolicy", "select_action", "select_action", lambda a, k: _lead(_batch(a, k))),
+        ("ACTPolicy", "predict_action_chunk", "net", lambda a, k: _lead(_batch(a, k))),
+    ],
+    "lerobot.policies.diffusion.modeling_diffusion": [
+        ("DiffusionPolicy", "select_action", "select_action", lambda a, k: _lead(_batch(a, k))),
+        ("DiffusionModel", "conditional_sample", "net", _arg(1, "batch_size")),
+    ],
+    "lerobot.policies.smolvla.modeling_smolvla": [
+        ("SmolVLAPolicy", "select_action", "select_action", lambda a, k: _lead(_batch(a, k))),
+        ("VLAFlowMatching", "sample_actions", "net", lambda a, k: _lead(_arg(5, "state")(a, k))),
+    ],
+}
+_fd = []
+
+def _log(tag, rows):
+    if not _fd:
+        _fd.append(os.open(os.environ["VS_LEROBOT_ROWS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT))
+    os.write(_fd[0], f"{tag} {rows}\\n".encode())
+
+def _counted(fn, tag, rows):
+    def counted(*a, **k):
+        _log(tag, rows(a, k))
+        return fn(*a, **k)
+    return counted
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name not in _WRAP:
+            return None
+        for finder in sys.meta_path:
+            spec = None if finder is self else finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        run = spec.loader.exec_module
+        def exec_module(module):
+            run(module)
+            for cls, method, tag, rows in _WRAP[name]:
+                owner = getattr(module, cls)
+                setattr(owner, method, _counted(getattr(owner, method), tag, rows))
+        spec.loader.exec_module = exec_module
+        return spec
+
+if os.environ.get("VS_LEROBOT_ROWS"):
+    sys.meta_path.insert(0, _Finder())
+'''
 
 
-def run(cmd: list[str]) -> float:
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+@dataclass(frozen=True)
+class Run:
+    """One mode's run in one repeat."""
+
+    wall: float
+    cpu: float
+    rows: dict[str, tuple[int, int]]  # tag -> (calls, rows)
+    steps: int | None  # the episodes' env steps (rollbench's n_steps); None for lerobot-eval
+
+    def mean_rows(self, tag: str) -> float | None:
+        calls, rows = self.rows.get(tag, (0, 0))
+        return rows / calls if calls else None
+
+
+def run(cmd: list[str], env: dict[str, str], rows_log: Path) -> tuple[float, float, dict[str, tuple[int, int]]]:
+    """(wall s, CPU s of all its processes, {tag: (calls, rows)}) of one command."""
+    from throughput import CpuMeter
+
+    with CpuMeter() as meter:
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**env, "VS_LEROBOT_ROWS": str(rows_log)})
+        wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"{cmd[0]} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return wall
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for line in rows_log.read_text().splitlines() if rows_log.exists() else []:
+        tag, rows = line.split()
+        counts[tag][0] += 1
+        counts[tag][1] += int(rows)
+    return wall, meter.cpu_s, {tag: (c, r) for tag, (c, r) in counts.items()}
 
 
-def make_checkpoint(workload: str, out: Path) -> Path:
-    from lerobot_helpers import make_checkpoint
-
+def benchmark_config(workload: str) -> BenchmarkConfig:
     if workload == "pusht":
         from rollbench.benchmarks.pusht import PushTConfig
 
-        return make_checkpoint(out, PushTConfig())
+        return PushTConfig()
     from rollbench.benchmarks.metaworld import MetaWorldConfig
 
-    return make_checkpoint(out, MetaWorldConfig(obs_type="pixels_agent_pos"), action_mean=0.0, action_std=1.0)
+    return MetaWorldConfig(obs_type="pixels_agent_pos")
 
 
-def commands(args: argparse.Namespace, ckpt: Path, le_out: Path, rb_out: Path) -> tuple[list[str], list[str]]:
-    """(lerobot-eval, rollbench eval) command lines for one repeat."""
-    shared = [f"--seed={args.seed}", f"--eval.n_episodes={args.episodes}"]
-    le_flags = [f"--policy.path={ckpt}", "--policy.device=cpu", *shared, f"--eval.batch_size={args.batch_size}", f"--output_dir={le_out}"]
+def make_checkpoint(policy: str, workload: str, out: Path) -> Path:
+    bench = benchmark_config(workload)
+    if policy == "smolvla":
+        from vla_helpers import make_smolvla_checkpoint
+
+        return make_smolvla_checkpoint(out, bench)
+    from lerobot_helpers import make_checkpoint
+
+    # MetaWorld's actions are in [-1, 1]: stats that keep a random policy's actions there
+    scale = {"action_mean": 0.0, "action_std": 1.0} if workload == "mt10" else {}
+    return make_checkpoint(out, bench, policy_type=policy, **scale)
+
+
+def commands(args: argparse.Namespace, ckpt: Path, out: Path) -> dict[str, list[str]]:
+    """mode -> its command line for one repeat, writing into out/<mode>."""
+    shared = [f"--seed={args.seed}", f"--eval.n_episodes={args.episodes}", f"--policy.device={args.device}"]
+    le_flags = [f"--policy.path={ckpt}", *shared, f"--eval.batch_size={args.batch_size}", f"--output_dir={out / 'lerobot-eval'}",
+                *args.lerobot_eval_args.split()]
     # film as lerobot-eval does (10 episodes per task, every step), not rollbench's cheaper defaults
     films = ["--eval.max_episodes_rendered=10", "--eval.video_fps=1000"]
-    rb = [str(BIN / "rollbench"), "eval", "--policy.type=lerobot", f"--policy.path={ckpt}", *shared, *films,
-          f"--output_dir={rb_out}"]
+    workers = [f"--workers={args.workers}"] if args.workers else []
     if args.workload == "pusht":
         env = ["--env.type=pusht", f"--env.episode_length={args.episode_length}"]
-        return [str(BIN / "lerobot-eval"), *env, *le_flags], [*rb, *env, *args.rollbench_args.split()]
-    from metaworld.env_dict import MT10_V3
+        le = [str(BIN / "lerobot-eval"), *env, *le_flags]
+    else:
+        from metaworld.env_dict import MT10_V3
 
-    from lerobot_helpers import capped_lerobot_eval
+        from lerobot_helpers import capped_lerobot_eval
 
-    tasks = "--env.task=" + ",".join(MT10_V3)  # LeRobot's MetaWorld knows no "mt10" group
-    le = capped_lerobot_eval(args.episode_length, True, "--env.type=metaworld", tasks, *le_flags)
-    env = [
-        "--env.type=metaworld", tasks, "--env.obs_type=pixels_agent_pos", "--env.observation_width=480",
-        "--env.observation_height=480", f"--env.episode_length={args.episode_length}",
-    ]
-    return le, [*rb, *env, *args.rollbench_args.split()]
+        tasks = "--env.task=" + ",".join(MT10_V3)  # LeRobot's MetaWorld knows no "mt10" group
+        le = capped_lerobot_eval(args.episode_length, True, "--env.type=metaworld", tasks, *le_flags)
+        env = [
+            "--env.type=metaworld", tasks, "--env.obs_type=pixels_agent_pos", "--env.observation_width=480",
+            "--env.observation_height=480", f"--env.episode_length={args.episode_length}",
+        ]
+    cmds = {"lerobot-eval": le}
+    for mode in ("continuous", "lockstep"):
+        cmds[mode] = [
+            str(BIN / "rollbench"), "eval", "--policy.type=lerobot", f"--policy.path={ckpt}", *shared, *films, *workers, *env,
+            f"--eval.mode={mode}", f"--output_dir={out / mode}", *args.rollbench_args.split(),
+        ]
+    return {mode: cmds[mode] for mode in args.modes}
+
+
+def run_repeat(args: argparse.Namespace, ckpt: Path, out: Path, env: dict[str, str]) -> dict[str, Run]:
+    out.mkdir(parents=True)
+    runs = {}
+    for mode, cmd in commands(args, ckpt, out).items():
+        wall, cpu, rows = run(cmd, env, out / f"{mode}.rows")
+        steps = None
+        if mode != "lerobot-eval":
+            info = json.loads((out / mode / "eval_info.json").read_text())
+            if info["mode"] != mode:
+                raise SystemExit(f"rollbench ran {info['mode']} mode when asked for {mode}")
+            steps = sum(sum(t["metrics"]["n_steps"]) for t in info["per_task"])
+        runs[mode] = Run(wall, cpu, rows, steps)
+        print(f"  {mode}: {wall:.1f} s wall, {cpu:.1f} s CPU", file=sys.stderr)  # kept if a later run fails
+    return runs
+
+
+def summarize(args: argparse.Namespace, ckpt: Path, repeats: list[dict[str, Run]]) -> dict[str, Any]:
+    """Medians over repeats; ratios taken within each repeat (what --json writes)."""
+    counted = {r.steps for rep in repeats for r in rep.values() if r.steps is not None}
+    n_tasks = 10 if args.workload == "mt10" else 1
+    out: dict[str, Any] = {
+        "workload": args.workload, "policy": args.policy, "checkpoint": str(ckpt), "device": args.device,
+        "workers": args.workers, "tasks": n_tasks, "episodes": args.episodes, "episode_length": args.episode_length,
+        "repeats": len(repeats), "env_steps": max(counted) if counted else n_tasks * args.episodes * args.episode_length,
+        "env_steps_counted": sorted(counted), "modes": {},
+    }
+    for mode in args.modes:
+        runs = [rep[mode] for rep in repeats]
+        wall = statistics.median(r.wall for r in runs)
+        ratio = None
+        if "lerobot-eval" in args.modes and mode != "lerobot-eval":
+            ratio = statistics.median(rep["lerobot-eval"].wall / rep[mode].wall for rep in repeats)
+        out["modes"][mode] = {
+            "wall_s": wall, "walls_s": [r.wall for r in runs], "cpu_s": statistics.median(r.cpu for r in runs),
+            "env_steps_per_s": out["env_steps"] / wall,
+            "rows_per_call": _median([r.mean_rows("select_action" if mode == "lerobot-eval" else "act") for r in runs]),
+            "rows_per_net_call": _median([r.mean_rows("net") for r in runs]),
+            "x_lerobot_eval": ratio,
+        }
+    if "continuous" in args.modes and "lockstep" in args.modes:
+        out["lockstep_over_continuous"] = statistics.median(rep["lockstep"].wall / rep["continuous"].wall for rep in repeats)
+    return out
+
+
+def print_table(s: dict[str, Any]) -> None:
+    exact = "" if s["env_steps_counted"] else ", at most"
+    print(f"workload: {s['workload']} pixels, {s['policy']} ({Path(s['checkpoint']).name}), {s['tasks']} task(s) x "
+          f"{s['episodes']} episodes x <= {s['episode_length']} steps ({s['env_steps']} env steps{exact}), device "
+          f"{s['device']}, median of {s['repeats']}")
+    if len(s["env_steps_counted"]) > 1:
+        print(f"note: rollbench modes counted different env steps: {s['env_steps_counted']}")
+    print(f"{'mode':13s} {'wall s':>7s} {'CPU s':>7s} {'env-steps/s':>11s} {'rows/call':>9s} {'rows/net':>8s} "
+          f"{'x lerobot-eval':>14s}   runs (wall s)")
+    for mode, m in s["modes"].items():
+        ratio = "-" if m["x_lerobot_eval"] is None else f"{m['x_lerobot_eval']:.2f}x"
+        print(f"{mode:13s} {m['wall_s']:7.1f} {m['cpu_s']:7.1f} {m['env_steps_per_s']:11.1f} {_num(m['rows_per_call']):>9s} "
+              f"{_num(m['rows_per_net_call']):>8s} {ratio:>14s}   {', '.join(f'{w:.1f}' for w in m['walls_s'])}")
+    if "lockstep_over_continuous" in s:
+        print(f"continuous vs lockstep (lockstep wall / continuous wall): {s['lockstep_over_continuous']:.2f}x")
+
+
+def _median(xs: list[float | None]) -> float | None:
+    known = [x for x in xs if x is not None]
+    return statistics.median(known) if known else None
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", choices=sorted(WORKLOADS), default="pusht")
+    ap.add_argument("--policy", choices=POLICIES, default="act", help="the random-init policy type (default act)")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"comma separated, in run order (default {','.join(MODES)})")
     ap.add_argument("--episodes", type=int, default=None, help="episodes per task (pusht 16, mt10 2)")
     ap.add_argument("--batch-size", type=int, default=None, help="lerobot-eval --eval.batch_size (pusht 8, mt10 2)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--episode-length", type=int, default=None, help="--env.episode_length (pusht 300, its own; mt10 50)")
     ap.add_argument("--seed", type=int, default=1000)
-    ap.add_argument("--checkpoint", type=Path, default=None, help="a LeRobot checkpoint dir (default: a tiny random ACT)")
+    ap.add_argument("--device", default="cpu", help="--policy.device for every mode (default cpu)")
+    ap.add_argument("--workers", type=int, default=None, help="rollbench --workers (default: rollbench's choice)")
+    ap.add_argument("--checkpoint", type=Path, default=None, help="a LeRobot checkpoint dir (default: a tiny random --policy)")
     ap.add_argument("--rollbench-args", default="", help="extra rollbench flags, space separated")
+    ap.add_argument("--lerobot-eval-args", default="", help="extra lerobot-eval flags, space separated")
+    ap.add_argument("--json", type=Path, default=None, help="also write the results (medians, ratios, every run) here")
     args = ap.parse_args()
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = sorted(set(args.modes) - set(MODES))
+    if unknown or not args.modes:
+        ap.error(f"--modes: unknown {unknown or 'none given'}; known: {', '.join(MODES)}")
     episodes, batch_size, length = WORKLOADS[args.workload]
     args.episodes = args.episodes or episodes
     args.batch_size = args.batch_size or batch_size
@@ -106,28 +345,23 @@ def main() -> None:
         from rollbench.rendering import apply_backend, choose_backend
 
         apply_backend(choose_backend("auto"))  # lerobot-eval renders with whatever MUJOCO_GL says
+    os.environ.update(OFFLINE)  # SmolVLA's backbone and tokenizer are local directories
 
     with tempfile.TemporaryDirectory(prefix="vs_lerobot_") as tmp:
         root = Path(tmp)
-        ckpt = args.checkpoint or make_checkpoint(args.workload, root / "act")
-        times: dict[str, list[float]] = {"lerobot-eval": [], "rollbench": []}
-        steps = 0
+        ckpt = args.checkpoint or make_checkpoint(args.policy, args.workload, root / args.policy)
+        hook = root / "hook"
+        hook.mkdir()
+        (hook / "sitecustomize.py").write_text(ROWS_HOOK)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH")) if p)}
+        repeats = []
         for r in range(args.repeats):
-            le_out, rb_out = root / f"le{r}", root / f"rb{r}"
-            le_cmd, rb_cmd = commands(args, ckpt, le_out, rb_out)
-            times["lerobot-eval"].append(run(le_cmd))
-            times["rollbench"].append(run(rb_cmd))
-            info = json.loads((rb_out / "eval_info.json").read_text())
-            steps = sum(sum(t["metrics"]["n_steps"]) for t in info["per_task"])
-            mode = info["mode"]
-            print(f"repeat {r}: lerobot-eval {times['lerobot-eval'][-1]:.1f} s, rollbench ({mode}) {times['rollbench'][-1]:.1f} s", file=sys.stderr)
-        med = {k: statistics.median(v) for k, v in times.items()}
-        n_tasks = len(info["per_task"])
-        print(f"workload: {args.workload} pixels, {ckpt.name}, {n_tasks} task(s) x {args.episodes} episodes x <= "
-              f"{args.episode_length} steps ({steps} env steps), median of {args.repeats}")
-        for name, wall in med.items():
-            print(f"{name:13s} wall {wall:7.1f} s   {steps / wall:7.1f} env-steps/s   (runs: {', '.join(f'{t:.1f}' for t in times[name])})")
-        print(f"speed-up (lerobot-eval wall / rollbench wall): {med['lerobot-eval'] / med['rollbench']:.2f}x")
+            repeats.append(run_repeat(args, ckpt, root / f"r{r}", env))
+            print(f"repeat {r}: " + ", ".join(f"{m} {run.wall:.1f} s" for m, run in repeats[-1].items()), file=sys.stderr)
+        summary = summarize(args, ckpt, repeats)
+    print_table(summary)
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=1))
 
 
 if __name__ == "__main__":

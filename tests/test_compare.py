@@ -7,6 +7,7 @@ import math
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -260,11 +261,13 @@ def test_rollbench_vs_lerobot_eval_of_one_checkpoint_pairs_and_agrees(tmp_path, 
     flags = ["--env.type=pusht", "--env.episode_length=30", "--eval.n_episodes=4", "--eval.batch_size=2", "--seed=1000"]
     lerobot_eval = shutil.which("lerobot-eval", path=str(Path(sys.executable).parent))
     assert lerobot_eval, "lerobot-eval is installed with lerobot"
-    proc = subprocess.run([lerobot_eval, f"--policy.path={ckpt}", "--policy.device=cpu", *flags, f"--output_dir={tmp_path / 'le'}"],
-                          capture_output=True, text=True, timeout=600)
+    with ThreadPoolExecutor(1) as pool:  # the two tools at once: independent processes
+        theirs = pool.submit(subprocess.run, [lerobot_eval, f"--policy.path={ckpt}", "--policy.device=cpu", *flags,
+                                              f"--output_dir={tmp_path / 'le'}"], capture_output=True, text=True, timeout=600)
+        res = run_subprocess("eval", "--policy.type=lerobot", f"--policy.path={ckpt}", "--eval.mode=lockstep", *flags,
+                             f"--output_dir={tmp_path / 'rb'}")
+        proc = theirs.result()
     assert proc.returncode == 0, proc.stderr[-3000:]
-    res = run_subprocess("eval", "--policy.type=lerobot", f"--policy.path={ckpt}", "--eval.mode=lockstep", *flags,
-                         f"--output_dir={tmp_path / 'rb'}")
     assert res.rc == 0, res.err[-3000:]
     assert "seeds" not in json.loads((tmp_path / "le" / "eval_info.json").read_text())["per_task"][0]["metrics"]
     assert compare_main([str(tmp_path / "rb"), str(tmp_path / "le")], {"seed_b": "1000", "fail-if-worse": "true"}) == 0

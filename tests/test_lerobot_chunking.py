@@ -8,7 +8,9 @@ Checkpoints are tiny random-init policies saved by the test (tests/lerobot_helpe
 from __future__ import annotations
 
 import copy
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -127,14 +129,20 @@ def test_runs_continuous_with_the_episodes_of_lockstep_at_batch_one(
     """Diffusion and SmolVLA are continuous by default; at one row per call their episodes are
     lockstep's at --eval.batch_size=1 (LeRobot's select_action), whatever the workers."""
     ckpt = request.getfixturevalue(ckpt_fixture)
-    runs = {}
-    for name, extra in {
+    configs = {
         "lockstep": ("--eval.mode=lockstep", "--eval.batch_size=1"),
         "w2": ("--workers=2", "--slots_per_worker=1", "--policy.max_batch_size=1"),
         "w1": ("--workers=1", "--slots_per_worker=3", "--policy.max_batch_size=1"),
-    }.items():
-        res = _eval(ckpt, tmp_path / name, *extra, "--eval.max_episodes_rendered=0", "--eval.report=false",
-                    HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    }
+
+    def run(name: str) -> Any:
+        return _eval(ckpt, tmp_path / name, *configs[name], "--eval.max_episodes_rendered=0", "--eval.report=false",
+                     HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+
+    with ThreadPoolExecutor(len(configs)) as pool:  # independent processes: their start-ups overlap
+        results = dict(zip(configs, pool.map(run, configs), strict=True))
+    runs = {}
+    for name, res in results.items():
         assert res.rc == 0, res.err[-3000:]
         runs[name] = per_episode(tmp_path / name)
     assert load_info(tmp_path / "w2")["mode"] == "continuous"
