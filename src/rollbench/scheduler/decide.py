@@ -70,9 +70,11 @@ def default_slots(step_cost_ms: float, placement: str, workers: int) -> int:
 
     Worker placement: 1 — there is no round trip per step, and one slot per worker keeps
     the tail of the run short. Driver placement: enough that a round trip (~0.3 ms for 8
-    state envs here) is amortised over the steps of one message, and at least 8 rows per
-    policy call over all workers, so a network in the driver sees batches, not single rows
-    (measured: a LeRobot ACT on PushT pixels ran 2.1x faster at 4 slots than at 1).
+    state envs here) is amortised over the steps of one message, and at least 8 slots over
+    all workers, so a network in the driver sees batches, not single rows (measured: a
+    LeRobot ACT on PushT pixels ran 2.1x faster at 4 slots than at 1). With 2 or more
+    workers the driver alternates between two groups of them (one steps its envs while the
+    policy runs for the other), so a call gets about half the slots: 4 rows with 2 workers.
     """
     if placement == "worker":
         return 1
