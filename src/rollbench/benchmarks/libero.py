@@ -521,6 +521,9 @@ class LiberoConfig(BenchmarkConfig):
     def get_env_processors(self) -> tuple[ObsProcessor, ActionProcessor]:
         return libero_preprocess, identity
 
+    def lerobot_observation(self, batch: dict[str, Any]) -> dict[str, Any]:
+        return nest_robot_state(batch)
+
 
 def libero_preprocess(batch: dict[str, Any]) -> dict[str, Any]:
     """LeRobot's LiberoProcessorStep in numpy: images rotated 180 degrees, the 8-d state."""

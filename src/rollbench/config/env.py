@@ -274,6 +274,12 @@ class BenchmarkConfig:
         """
         return identity, identity
 
+    def lerobot_observation(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """The LeRobot-keyed batch (`to_features`) as LeRobot's `preprocess_observation` leaves
+        it, before any env processor: what a policy that brings its own env processors reads
+        (`Policy.env_processors`; X-VLA's). Identity by default; LIBERO nests its robot state."""
+        return batch
+
     # -- vector envs (the lockstep path) ---------------------------------------------
     def make_vector_env(self, task: str, n_envs: int, use_async_envs: bool) -> VectorEnv:
         import gymnasium as gym

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rollbench.config.env import BenchmarkConfig, ObsProcessor, identity
+from rollbench.config.env import BenchmarkConfig, ObsProcessor
 from rollbench.errors import ConfigError
 
 #: the state X-VLA's LIBERO step builds: eef position (3), rotation 6D (6), a 0, then 10 zeros
@@ -63,12 +63,9 @@ def require_libero(bench: BenchmarkConfig, ckpt: Path, ptype: str) -> None:
 
 def raw_observation(bench: BenchmarkConfig) -> ObsProcessor:
     """The benchmark's observation as `preprocess_observation` leaves it (in numpy): what an
-    X-VLA's env pre-processor takes in place of the benchmark's processed one."""
-    if libero_kind(bench) == "native":
-        from rollbench.benchmarks.libero import nest_robot_state
-
-        return nest_robot_state
-    return identity  # the bridge's observation is preprocess_observation's already
+    X-VLA's env pre-processor takes in place of the benchmark's processed one (rollbench's
+    LIBERO nests its flat robot-state keys back; the bridge's is LeRobot's already)."""
+    return bench.lerobot_observation
 
 
 def env_config(bench: BenchmarkConfig) -> Any:
