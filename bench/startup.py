@@ -45,6 +45,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from import_hook import AFTER_IMPORT  # noqa: E402  (bench/, on sys.path above)
+
 OLD_REV = "82c6728^"
 POLICIES = ("act", "diffusion")
 MOMENTS = ("lerobot_imported", "policy_checked", "policy_ready", "first_env_step")
@@ -52,10 +56,9 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 # Patches PushTEnv.step as gym_pusht.envs.pusht is imported, so a process that never imports
 # it pays nothing; the first call in each process (fork-safe: by pid) appends "time pid".
-STEP_HOOK = '''
-import importlib.abc, os, sys, time
+STEP_HOOK = AFTER_IMPORT + '''
+import os, time
 
-_MODULE = "gym_pusht.envs.pusht"
 _seen = []
 
 def _timed(step):
@@ -68,25 +71,11 @@ def _timed(step):
         return step(self, action)
     return first_step_timed
 
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name != _MODULE:
-            return None
-        for finder in sys.meta_path:
-            spec = None if finder is self else finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        run = spec.loader.exec_module
-        def exec_module(module):
-            run(module)
-            module.PushTEnv.step = _timed(module.PushTEnv.step)
-        spec.loader.exec_module = exec_module
-        return spec
+def _patch(module):
+    module.PushTEnv.step = _timed(module.PushTEnv.step)
 
 if os.environ.get("STARTUP_FIRST_STEP"):
-    sys.meta_path.insert(0, _Finder())
+    after_import({"gym_pusht.envs.pusht": _patch})
 '''
 
 # which rollbench a version's processes import, checked before anything is timed

@@ -86,6 +86,8 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 BIN = Path(sys.executable).parent
 
+from import_hook import AFTER_IMPORT  # noqa: E402  (bench/, on sys.path above)
+
 # workload -> defaults: episodes (per task), lerobot-eval batch size, episode length
 WORKLOADS = {"pusht": (16, 8, 300), "mt10": (2, 2, 50)}
 POLICIES = ("act", "diffusion", "smolvla")
@@ -95,8 +97,8 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 # Loaded at start-up by every Python process of a run (PYTHONPATH): when one of the modules
 # below is imported, its methods are wrapped to append "<tag> <rows>" per call to
 # $VS_LEROBOT_ROWS. Lazy (a meta path finder), so a process imports nothing it would not.
-ROWS_HOOK = '''
-import importlib.abc, os, sys
+ROWS_HOOK = AFTER_IMPORT + '''
+import os
 
 def _lead(batch):
     for v in (batch.values() if isinstance(batch, dict) else [batch]):
@@ -136,27 +138,15 @@ def _counted(fn, tag, rows):
         return fn(*a, **k)
     return counted
 
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name not in _WRAP:
-            return None
-        for finder in sys.meta_path:
-            spec = None if finder is self else finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        run = spec.loader.exec_module
-        def exec_module(module):
-            run(module)
-            for cls, method, tag, rows in _WRAP[name]:
-                owner = getattr(module, cls)
-                setattr(owner, method, _counted(getattr(owner, method), tag, rows))
-        spec.loader.exec_module = exec_module
-        return spec
+def _patch(name):
+    def patch(module):
+        for cls, method, tag, rows in _WRAP[name]:
+            owner = getattr(module, cls)
+            setattr(owner, method, _counted(getattr(owner, method), tag, rows))
+    return patch
 
 if os.environ.get("VS_LEROBOT_ROWS"):
-    sys.meta_path.insert(0, _Finder())
+    after_import({name: _patch(name) for name in _WRAP})
 '''
 
 
