@@ -337,14 +337,13 @@ class LeRobotPolicy(Policy):
         if conf.device == "mps" and not torch.backends.mps.is_available():
             raise ConfigError("--policy.device=mps: torch sees no MPS device here")
         self.cfg = load_config(ckpt, raw, conf.options, conf.device, conf.use_amp)
-        self._raw_observation: ObsProcessor | None = None  # set: the policy brings its own env processors
-        self.env_pre: Any = None
+        self.owns_env_processors = self.cfg.type in OWNS_ENV_PROCESSORS
+        self.env_pre: Any = None  # its own env processors (LeRobot's pipelines), once loaded
         self.env_post: Any = None
-        if self.cfg.type in OWNS_ENV_PROCESSORS:
-            from rollbench.policies import lerobot_xvla
+        if self.owns_env_processors:
+            from rollbench.policies.lerobot_xvla import require_libero
 
-            lerobot_xvla.require_libero(ctx.benchmark, ckpt, self.cfg.type)
-            self._raw_observation = lerobot_xvla.raw_observation(ctx.benchmark)
+            require_libero(ctx.benchmark, ckpt, self.cfg.type)
         self._benchmark = ctx.benchmark
         check_features(ctx, ckpt, raw)
         self.name = str(ckpt)
@@ -383,12 +382,10 @@ class LeRobotPolicy(Policy):
         try:
             self.policy, self.preprocessor, self.postprocessor = load_policy(self.cfg, ckpt)
             self.policy.eval()
-            if self._raw_observation is not None:
-                from rollbench.policies import lerobot_xvla
+            if self.owns_env_processors:
+                from rollbench.policies.lerobot_xvla import env_pipelines
 
-                self.env_pre, self.env_post, dropped = lerobot_xvla.env_pipelines(
-                    self.cfg, self._benchmark, self.preprocessor
-                )
+                self.env_pre, self.env_post, dropped = env_pipelines(self.cfg, self._benchmark, self.preprocessor)
                 if dropped:
                     log.info("%s: its pre-processor has %s already: not applied twice (LeRobot 0.4.4's "
                              "lerobot-eval applies them twice and fails)", ckpt.name, ", ".join(dropped))
@@ -446,11 +443,12 @@ class LeRobotPolicy(Policy):
         return torch.autocast(device_type=self.device.type) if self.use_amp else nullcontext()
 
     def env_processors(self, benchmark: BenchmarkConfig) -> tuple[ObsProcessor, ActionProcessor] | None:
-        """An X-VLA's: the observation as LeRobot's `preprocess_observation` leaves it, for
-        its own env processors, which `_inputs` and `act` apply (`policies/lerobot_xvla.py`)."""
-        if self._raw_observation is None:
+        """An X-VLA's: the observation as LeRobot's `preprocess_observation` leaves it
+        (`lerobot_observation`), for its own env processors, which `_inputs` and `act` apply
+        (`policies/lerobot_xvla.py`)."""
+        if not self.owns_env_processors:
             return None
-        return self._raw_observation, identity
+        return benchmark.lerobot_observation, identity
 
     def _inputs(self, batch: Mapping[str, Any], rows: Sequence[int] | None) -> dict[str, Any]:
         observation = to_policy_batch(batch, rows)

@@ -15,8 +15,8 @@ What rollbench does with them:
   the bridge (`--env.type=lerobot --env.name=libero`). Anywhere else it is refused in one
   line (lerobot-eval fails there at the first step: the 6D-rotation post-processor).
 - The benchmark's own processors are not applied (`env_processors`): the adapter gets the
-  observation as LeRobot's `preprocess_observation` leaves it (images as rendered, the
-  `observation.robot_state` tree) and runs LeRobot's own pipeline steps on it, between
+  observation as LeRobot's `preprocess_observation` leaves it (`BenchmarkConfig.lerobot_observation`:
+  images as rendered, the `observation.robot_state` tree) and runs LeRobot's own pipeline steps on it, between
   `preprocess_observation` and the policy's pre-processor, where lerobot-eval runs them.
 - An env step that the checkpoint's own pre-processor also has is dropped: a checkpoint
   saved by `make_pre_post_processors` normalises images and adds the domain id itself, and
@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rollbench.config.env import BenchmarkConfig, ObsProcessor
+from rollbench.config.env import BenchmarkConfig
 from rollbench.errors import ConfigError
 
 #: the state X-VLA's LIBERO step builds: eef position (3), rotation 6D (6), a 0, then 10 zeros
@@ -59,13 +59,6 @@ def require_libero(bench: BenchmarkConfig, ckpt: Path, ptype: str) -> None:
             f"too); evaluate it on --env.type=libero or --env.type=lerobot --env.name=libero, not "
             f"--env.type={bench.type_name}"
         )
-
-
-def raw_observation(bench: BenchmarkConfig) -> ObsProcessor:
-    """The benchmark's observation as `preprocess_observation` leaves it (in numpy): what an
-    X-VLA's env pre-processor takes in place of the benchmark's processed one (rollbench's
-    LIBERO nests its flat robot-state keys back; the bridge's is LeRobot's already)."""
-    return bench.lerobot_observation
 
 
 def env_config(bench: BenchmarkConfig) -> Any:
