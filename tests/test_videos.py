@@ -118,3 +118,33 @@ def test_pusht_videos(cli, tmp_path: Path) -> None:
 def test_bad_value(cli, tmp_path: Path) -> None:
     r = cli("eval", "--env.type=fake", "--policy.type=random", "--eval.max_episodes_rendered=-1", f"--output_dir={tmp_path}")
     assert r.rc == 2 and "--eval.max_episodes_rendered=-1" in r.err
+
+
+@pytest.mark.metaworld
+def test_async_envs_render_with_the_run_s_backend_not_the_forkserver_s(cli, tmp_path: Path, monkeypatch) -> None:
+    """`--eval.use_async_envs` steps envs in processes from multiprocessing's forkserver, which
+    keeps the environment of the moment it started (an earlier evaluation in this process,
+    another library). A forkserver started under MUJOCO_GL=glfw (no display here) does not
+    decide how this run renders: each sub-process takes the run's backend itself."""
+    from multiprocessing import forkserver, get_context
+
+    server = forkserver._forkserver
+    if not hasattr(server, "_stop"):
+        pytest.skip("this Python's forkserver cannot be restarted by a test (no private _stop)")
+    server._stop()
+    try:
+        monkeypatch.setenv("MUJOCO_GL", "glfw")
+        monkeypatch.setenv("PYOPENGL_PLATFORM", "glfw")
+        started = get_context("forkserver").Process(target=int)
+        started.start()  # the forkserver starts now, with glfw in its environment
+        started.join()
+        monkeypatch.delenv("MUJOCO_GL")
+        monkeypatch.delenv("PYOPENGL_PLATFORM")
+        r = cli("eval", "--env.type=metaworld", "--env.task=reach-v3", "--env.episode_length=9",
+                "--eval.video_size=64", "--policy.type=random", "--eval.n_episodes=2", "--eval.max_episodes_rendered=1",
+                "--eval.mode=lockstep", "--eval.batch_size=2", "--eval.isolation=none", "--eval.use_async_envs=true",
+                f"--output_dir={tmp_path}")
+        assert r.rc == 0, r.err
+        assert check_videos(tmp_path, 1, 2, every=8, fps=80, shape=(64, 64)) == 1
+    finally:
+        server._stop()  # later tests start their own, with their environment

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -70,6 +71,12 @@ def identity(x: Any) -> Any:
 
 #: the env attribute that holds the index (within its task) of the episode the next reset starts
 EPISODE_INDEX_ATTR = "episode_index"
+
+
+def _make_with_environ(environ: Mapping[str, str], make: Callable[[], Any]) -> Any:
+    """`make()` in a process whose environment first takes `environ` (an async env's sub-process)."""
+    os.environ.update(environ)
+    return make()
 
 
 def set_episode_index(bench: BenchmarkConfig, env: Any, indices: Sequence[int]) -> None:
@@ -284,11 +291,14 @@ class BenchmarkConfig:
     def make_vector_env(self, task: str, n_envs: int, use_async_envs: bool) -> VectorEnv:
         import gymnasium as gym
 
-        fns = [functools.partial(self.make_task_env, task) for _ in range(n_envs)]
         if use_async_envs and n_envs > 1:
-            # forkserver: a GL context or torch threads in this process must not be forked
-            return gym.vector.AsyncVectorEnv(fns, context="forkserver")
-        return gym.vector.SyncVectorEnv(fns)
+            # forkserver: a GL context or torch threads in this process must not be forked. Its
+            # processes keep the environment the forkserver started with (an earlier run in
+            # this process, another library), so each one takes this run's GL backend itself.
+            gl = {k: os.environ[k] for k in ("MUJOCO_GL", "PYOPENGL_PLATFORM") if k in os.environ}
+            make = functools.partial(_make_with_environ, gl, functools.partial(self.make_task_env, task))
+            return gym.vector.AsyncVectorEnv([make] * n_envs, context="forkserver")
+        return gym.vector.SyncVectorEnv([functools.partial(self.make_task_env, task) for _ in range(n_envs)])
 
     def create_envs(self, n_envs: int, use_async_envs: bool = True) -> dict[str, dict[int, VectorEnv]]:
         """{task group: {task_id: vector env of n_envs}} for every task, as LeRobot's envs do.
