@@ -158,9 +158,10 @@ def make_steered_checkpoint(
     return make_checkpoint(out, benchmark, action_mean=0.0, action_std=1.0, stats={"action": {"mean": mean, "std": [gain] * len(mean)}})
 
 
-def make_adapter(ckpt: Path, benchmark: BenchmarkConfig, seed: int | None = None, **options: str) -> Any:
+def make_adapter(ckpt: Path, benchmark: BenchmarkConfig, seed: int | None = None, seeding: str = "episode",
+                 **options: str) -> Any:
     """rollbench's LeRobot adapter for `ckpt` on `benchmark`'s first task, loaded (`ready()`: the
-    weights load on a thread, and these tests reach into them)."""
+    weights load on a thread, and these tests reach into them); `seeding` is `--policy.seeding`."""
     from rollbench.config.policy import PolicyConfig
     from rollbench.policies.base import PolicyContext, make_policy
 
@@ -169,7 +170,7 @@ def make_adapter(ckpt: Path, benchmark: BenchmarkConfig, seed: int | None = None
         space = env.action_space
     finally:
         env.close()
-    policy = make_policy(PolicyContext(PolicyConfig(type="lerobot", path=str(ckpt), options=options), benchmark, space, seed))
+    policy = make_policy(PolicyContext(PolicyConfig(type="lerobot", path=str(ckpt), options=options, seeding=seeding), benchmark, space, seed))
     policy.ready()
     return policy
 

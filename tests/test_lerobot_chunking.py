@@ -1,4 +1,5 @@
-"""Per-slot episode state for chunked LeRobot policies other than ACT (Diffusion).
+"""Per-slot episode state for chunked LeRobot policies other than ACT (Diffusion, SmolVLA,
+GR00T, X-VLA).
 
 A type leaves lockstep only once its per-slot path is checked here episode for episode
 against its own `select_action` at one row per call (docs/lerobot.md lists the others).
@@ -8,6 +9,7 @@ Checkpoints are tiny random-init policies saved by the test (tests/lerobot_helpe
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -49,7 +51,7 @@ def _batch(n: int, rng: np.random.Generator) -> dict:
 
 
 def _row(batch: dict, i: int) -> dict:
-    return {k: v[i : i + 1] for k, v in batch.items()}
+    return {k: _row(v, i) if isinstance(v, dict) else v[i : i + 1] for k, v in batch.items()}
 
 
 def _start(slot: int, seed: int) -> EpisodeStart:
@@ -57,7 +59,8 @@ def _start(slot: int, seed: int) -> EpisodeStart:
 
 
 def _select_action(policy, seed: int, batches: list[dict]) -> np.ndarray:
-    """LeRobot's own loop for one episode: reset, seed torch as lockstep does, select_action per step."""
+    """LeRobot's own loop for one episode: reset, seed torch as lockstep does, select_action per
+    step (between the env processors and the checkpoint's processors, as lerobot-eval runs it)."""
     import torch
 
     ref = copy.copy(policy.policy)
@@ -66,23 +69,87 @@ def _select_action(policy, seed: int, batches: list[dict]) -> np.ndarray:
     out = []
     with torch.inference_mode():
         for b in batches:
-            out.append(policy.postprocessor(ref.select_action(policy.preprocessor(to_policy_batch(b)))).numpy())
+            inputs = to_policy_batch(b)
+            if policy.env_pre is not None:
+                inputs = policy.env_pre(inputs)
+            action = policy.postprocessor(ref.select_action(policy.preprocessor(inputs)))
+            if policy.env_post is not None:
+                action = policy.env_post({"action": action})["action"]
+            out.append(action.numpy())
     return np.concatenate(out)
 
 
-#: (checkpoint fixture, adapter path): Diffusion's history of observations; SmolVLA's chunk
-#: queue with each chunk's flow-matching noise passed as `noise=`
+#: each type's case fixture gives (adapter, batch maker, adapter path): Diffusion's history of
+#: observations; SmolVLA's chunk queue with each chunk's flow-matching noise passed as
+#: `noise=`; GR00T's and X-VLA's chunk queues with their noise drawn per row around the call
+#: (GR00T's queue the tail of its chunk, X-VLA's through its own LIBERO env processors)
+CASES = pytest.mark.parametrize("case", ["diffusion", "smolvla", "groot", "xvla"])
+#: the types with whole runs below (GR00T's: tests/test_lerobot_vla.py; X-VLA's: LIBERO,
+#: tests/test_lerobot_env_parity.py)
 TYPES = pytest.mark.parametrize(("ckpt_fixture", "path"), [("diffusion_ckpt", "history"), ("smolvla_ckpt", "chunk")])
 
+Case = tuple[Any, Any, str]
 
-@TYPES
-def test_per_slot_equals_select_action_at_one_row_per_call(request: pytest.FixtureRequest, ckpt_fixture: str, path: str) -> None:
+
+@pytest.fixture(scope="module")
+def diffusion_case(diffusion_ckpt: Path) -> Case:
+    return _adapter(diffusion_ckpt), _batch, "history"
+
+
+@pytest.fixture(scope="module")
+def smolvla_case(smolvla_ckpt: Path) -> Case:
+    return _adapter(smolvla_ckpt), _batch, "chunk"
+
+
+@pytest.fixture(scope="module")
+def groot_case(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Case]:
+    """A tiny GR00T on PushT (chunks of 16, the last 8 played); its modules read the Eagle
+    assets from `HF_LEROBOT_HOME`, pointed at the test's for the module."""
+    pytest.importorskip("peft", reason="GR00T's Eagle backbone imports peft: make install-dev installs it")
+    from vla_groot import lerobot_home, make_groot_checkpoint
+
+    home = tmp_path_factory.mktemp("lerobot_home")
+    ckpt = make_groot_checkpoint(tmp_path_factory.mktemp("vla") / "groot", PushTConfig(), home)
+    with lerobot_home(home):
+        yield _adapter(ckpt), _batch, "chunk"
+
+
+@pytest.fixture(scope="module")
+def xvla_case(tmp_path_factory: pytest.TempPathFactory) -> Case:
+    """A tiny X-VLA on LIBERO (chunks of 8, the first 4 played): batches as LIBERO's workers send
+    them, through X-VLA's own env processors (its LIBERO step, its 6D rotation -> axis-angle)."""
+    from rollbench.benchmarks.libero import ROBOT_STATE, LiberoConfig
+    from vla_xvla import make_xvla_libero_checkpoint
+
+    try:
+        bench = LiberoConfig(task="libero_spatial", task_ids=("0",), observation_height=32, observation_width=32)
+        bench.check_available()
+    except Exception as err:
+        pytest.skip(f"needs hf-libero and LIBERO assets: {err}")
+    ckpt = make_xvla_libero_checkpoint(tmp_path_factory.mktemp("vla") / "xvla", bench, published=False)
+    policy = make_adapter(ckpt, bench)
+    to_policy, _ = policy.env_processors(bench)
+
+    def libero_batch(n: int, rng: np.random.Generator) -> dict:
+        flat: dict[str, Any] = {f"observation.images.{name}": rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8)
+                                for name in bench.camera_names}
+        for shape, key in ROBOT_STATE.values():
+            flat[key] = rng.normal(size=(n, *shape))
+        flat["task"] = ["pick up the black bowl"] * n
+        return to_policy(flat)
+
+    return policy, libero_batch, "chunk"
+
+
+@CASES
+def test_per_slot_equals_select_action_at_one_row_per_call(request: pytest.FixtureRequest, case: str) -> None:
     """At one row per call, bit for bit LeRobot's select_action after
     `torch.manual_seed(batch_seed([seed]))`, across chunk boundaries and a new episode mid-chunk."""
-    policy = _adapter(request.getfixturevalue(ckpt_fixture))
-    assert policy.path == path and policy.per_slot_state and policy.steps_per_inference == 4
+    policy, make_batch, path = request.getfixturevalue(f"{case}_case")
+    assert policy.path == path and policy.per_slot_state
+    assert policy.steps_per_inference == policy.cfg.n_action_steps in (4, 8)
     rng = np.random.default_rng(0)
-    batches = [_batch(2, rng) for _ in range(11)]  # crosses two chunk boundaries
+    batches = [make_batch(2, rng) for _ in range(11)]  # crosses a chunk boundary (two at 4 steps a chunk)
     policy.reset([3, 5], [_start(3, 70), _start(5, 80)])
     got: dict[int, list[np.ndarray]] = {3: [], 5: []}
     for step, b in enumerate(batches):
@@ -95,13 +162,13 @@ def test_per_slot_equals_select_action_at_one_row_per_call(request: pytest.Fixtu
     np.testing.assert_array_equal(np.concatenate(got[5][6:]), _select_action(policy, 81, [_row(b, 1) for b in batches[6:]]))
 
 
-@TYPES
-def test_batched_rows_draw_their_own_noise(request: pytest.FixtureRequest, ckpt_fixture: str, path: str) -> None:
+@CASES
+def test_batched_rows_draw_their_own_noise(request: pytest.FixtureRequest, case: str) -> None:
     """Two slots in one call: each row's actions are its one-row actions up to float32
     rounding (torch's CPU kernels are not bitwise batch-invariant), not another draw."""
-    policy = _adapter(request.getfixturevalue(ckpt_fixture))
+    policy, make_batch, path = request.getfixturevalue(f"{case}_case")
     rng = np.random.default_rng(1)
-    batches = [_batch(2, rng) for _ in range(9)]
+    batches = [make_batch(2, rng) for _ in range(9)]
     policy.reset([0, 1], [_start(0, 7), _start(1, 8)])
     both = np.stack([policy.act(b, [0, 1]) for b in batches])
     for i, seed in enumerate((7, 8)):

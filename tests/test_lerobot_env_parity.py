@@ -361,16 +361,45 @@ def test_libero_xvla_episodes_equal_lerobot_eval(libero_xvla_ckpts: dict[str, Pa
     assert re.search(r"observation\.state +STATE\[20\] +STATE\[20\] float32 +ok", res.out), res.out
 
 
+@pytest.mark.libero
+@pytest.mark.slow
+@needs_libero
+def test_libero_xvla_runs_continuous_with_the_episodes_of_lockstep_at_batch_one(libero_xvla_ckpts: dict[str, Path],
+                                                                                tmp_path: Path) -> None:
+    """X-VLA leaves lockstep (a queue per slot; each row's noise drawn from its episode's
+    generator around the call, X-VLA ignoring `noise=`), through its own env processors:
+    continuous in 2 workers at one row per call gives lockstep's actions at batch 1, every step."""
+    offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    configs = {"lockstep": ("--eval.mode=lockstep", "--eval.batch_size=1"),
+               "w2": ("--workers=2", "--slots_per_worker=1", "--policy.max_batch_size=1")}
+
+    def run(name: str) -> tuple[Path, list[Any]]:
+        return run_rollbench_on_libero(libero_xvla_ckpts["standard"], tmp_path / name, mode=configs[name], **offline)
+
+    with ThreadPoolExecutor(len(configs)) as pool:  # independent processes: their start-ups overlap
+        runs = dict(zip(configs, pool.map(run, configs), strict=True))
+    actions = {name: read_actions(path) for name, (path, _) in runs.items()}
+    assert sorted(actions["lockstep"]) == list(range(EPISODES))
+    assert all(len(steps) == LENGTH for steps in actions["lockstep"].values())
+    assert actions["w2"] == actions["lockstep"]
+    assert runs["w2"][1] == runs["lockstep"][1]
+    assert actions["lockstep"][0] != actions["lockstep"][1]  # each episode acts on its own
+
+
 def libero_threads(**env: str) -> dict[str, str]:
     """Both tools' environment: one torch thread (its CPU kernels vary with threads), the GL backend."""
     return {"OMP_NUM_THREADS": "1", "MUJOCO_GL": gl_backend(), **env}
 
 
+LOCKSTEP = ("--eval.mode=lockstep", f"--eval.batch_size={EPISODES}")
+
+
 def run_rollbench_on_libero(ckpt: Path, tmp_path: Path, *flags: str, bridge: bool = False,
-                            **env: str) -> tuple[Path, list[Any]]:
-    """`rollbench eval` (lockstep) on LIBERO's first libero_spatial task, every action recorded:
-    (the recorded actions' file, each episode's results in order). `bridge`: LeRobot's LIBERO
-    (`--env.type=lerobot --env.name=libero`) instead of rollbench's."""
+                            mode: tuple[str, ...] = LOCKSTEP, **env: str) -> tuple[Path, list[Any]]:
+    """`rollbench eval` (lockstep at one batch, or `mode`'s flags) on LIBERO's first
+    libero_spatial task, every action recorded: (the recorded actions' file, each episode's
+    results in order). `bridge`: LeRobot's LIBERO (`--env.type=lerobot --env.name=libero`)
+    instead of rollbench's."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     hook = tmp_path / "hook"
     hook.mkdir()
@@ -383,12 +412,11 @@ def run_rollbench_on_libero(ckpt: Path, tmp_path: Path, *flags: str, bridge: boo
         env_flags = ("--env.type=libero", "--env.task_ids=0", *LIBERO_SIZE)
     res = run_subprocess(
         "eval", *env_flags, f"--env.task={SUITE}", f"--env.episode_length={LENGTH}",
-        f"--policy.path={ckpt}", "--policy.device=cpu", "--eval.mode=lockstep", f"--eval.batch_size={EPISODES}",
-        f"--eval.n_episodes={EPISODES}", f"--seed={SEED}", f"--output_dir={tmp_path / 'rollbench'}", *flags, timeout=600,
+        f"--policy.path={ckpt}", "--policy.device=cpu", *mode, f"--eval.n_episodes={EPISODES}", f"--seed={SEED}", f"--output_dir={tmp_path / 'rollbench'}", *flags, timeout=600,
         PYTHONPATH=os.pathsep.join([str(hook), str(TESTS)]), RECORD_ACTIONS=str(our_actions), **libero_threads(**env),
     )
     assert res.rc == 0, res.err[-3000:]
-    assert load_info(tmp_path / "rollbench")["mode"] == "lockstep"
+    assert load_info(tmp_path / "rollbench")["mode"] == ("lockstep" if "--eval.mode=lockstep" in mode else "continuous")
     eps = per_episode(tmp_path / "rollbench")
     return our_actions, [eps[(SUITE, 0, i)] for i in range(EPISODES)]
 

@@ -295,10 +295,33 @@ def test_groot_lockstep_equals_lerobot_eval(groot: tuple[Path, dict[str, str]], 
     assert_equals_lerobot_eval(ckpt, tmp_path, **env)
 
 
+@pytest.mark.slow
+def test_groot_runs_continuous_with_the_episodes_of_lockstep_at_batch_one(groot: tuple[Path, dict[str, str]],
+                                                                          tmp_path: Path) -> None:
+    """GR00T leaves lockstep: a queue per slot holding its chunk's tail, and a noise generator per
+    slot from which rollbench draws each row's noise around the call (GR00T takes no `noise=`):
+    continuous in 2 workers at one row per call gives lockstep's episodes at batch 1, exactly."""
+    ckpt, home = groot
+    configs = {"lockstep": ("--eval.mode=lockstep", "--eval.batch_size=1"),
+               "w2": ("--workers=2", "--slots_per_worker=1", "--policy.max_batch_size=1")}
+
+    def run(name: str) -> dict:
+        rollbench(ckpt, tmp_path / name, *configs[name], env={**OFFLINE, **home})
+        return per_episode(tmp_path / name)
+
+    with ThreadPoolExecutor(len(configs)) as pool:  # independent processes: their start-ups overlap
+        runs = dict(zip(configs, pool.map(run, configs), strict=True))
+    assert load_info(tmp_path / "w2")["mode"] == "continuous"
+    assert len(runs["lockstep"]) == EPISODES and runs["w2"] == runs["lockstep"]
+    assert len({ep[1] for ep in runs["w2"].values()}) == EPISODES  # each episode acts on its own
+
+
 def test_a_one_task_type_never_sees_two_tasks_in_one_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """GR00T's processor tokenizes the first row's task for every row of a call (ONE_TASK_PER_CALL);
-    a call that mixes tasks would prompt rows with another task's instruction, so it is refused.
-    (The guard is the type-independent adapter code; ACT stands in for GR00T, whose loading needs
+    """GR00T's processor tokenizes the first row's task for every row of a call (ONE_TASK_PER_CALL):
+    the chunk path calls it once per task among the rows whose queue ran dry, each row getting
+    its one-row actions; the lockstep path (`--policy.seeding=lerobot-eval`) refuses a call that
+    mixes tasks rather than prompt a row with another task's instruction. (The grouping is the
+    type-independent adapter code; ACT stands in for GR00T, whose loading needs
     `HF_LEROBOT_HOME` set before LeRobot is imported.)"""
     import numpy as np
 
@@ -309,14 +332,31 @@ def test_a_one_task_type_never_sees_two_tasks_in_one_call(tmp_path: Path, monkey
 
     assert "groot" in adapter.ONE_TASK_PER_CALL
     monkeypatch.setattr(adapter, "ONE_TASK_PER_CALL", {"act"})
-    policy = make_adapter(make_checkpoint(tmp_path / "act", PushTConfig()), PushTConfig(), seed=SEED)
-    policy.reset([0, 1], [EpisodeStart("pusht", "PushT-v0", "", i, SEED + i) for i in (0, 1)])
+    ckpt = make_checkpoint(tmp_path / "act", PushTConfig())
     rng = np.random.default_rng(0)
-    batch = {"observation.image": rng.integers(0, 256, (2, 96, 96, 3), dtype=np.uint8),
-             "observation.state": rng.uniform(0, 512, (2, 2))}
-    assert policy.act({**batch, "task": ["push", "push"]}, [0, 1]).shape == (2, 2)
+    batch = {"observation.image": rng.integers(0, 256, (3, 96, 96, 3), dtype=np.uint8),
+             "observation.state": rng.uniform(0, 512, (3, 2)), "task": ["push", "pull", "push"]}
+    starts = [EpisodeStart("pusht", "PushT-v0", "", i, SEED + i) for i in range(3)]
+
+    policy = make_adapter(ckpt, PushTConfig(), seed=SEED)
+    seen: list[list[str]] = []
+    preprocess = policy.preprocessor
+    policy.preprocessor = lambda obs: (seen.append(list(obs["task"])), preprocess(obs))[1]
+    policy.reset([0, 1, 2], starts)
+    mixed = policy.act(batch, [0, 1, 2])
+    assert sorted(map(sorted, seen)) == [["pull"], ["push", "push"]]  # one call per task
+    for i in range(3):  # each row its own one-row action, whatever shared its call
+        policy.reset([i], [starts[i]])
+        alone = policy.act({k: v[i : i + 1] for k, v in batch.items()}, [i])
+        np.testing.assert_allclose(mixed[i : i + 1], alone, rtol=1e-5, atol=1e-5)
+
+    lockstep = make_adapter(ckpt, PushTConfig(), seed=SEED, seeding="lerobot-eval")
+    assert lockstep.path == "lockstep"
+    lockstep.reset([0, 1], starts[:2])
+    assert lockstep.act({k: v[[0, 2]] for k, v in batch.items() if k != "task"} | {"task": ["push", "push"]},
+                        [0, 1]).shape == (2, 2)
     with pytest.raises(PolicyError, match="one task per call"):
-        policy.act({**batch, "task": ["push", "pull"]}, [0, 1])
+        lockstep.act({k: v[:2] for k, v in batch.items()}, [0, 1])
 
 
 def test_xvla_off_libero_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -452,11 +492,15 @@ def test_pi0_runs_continuous_with_the_episodes_of_lockstep_at_batch_one(pi0_ckpt
     continuous in 2 workers at one row per call gives lockstep's episodes at batch 1."""
     env, _ = recording_env(tmp_path, "unused", (OPENPI_OVERLAY,), TINY_PI0="1")
     del env["RECORD_ACTIONS"]
-    runs = {}
-    for name, extra in {"lockstep": ("--eval.mode=lockstep", "--eval.batch_size=1"),
-                        "w2": ("--workers=2", "--slots_per_worker=1", "--policy.max_batch_size=1")}.items():
-        rollbench(pi0_ckpts[ptype], tmp_path / name, *extra, env=env)
-        runs[name] = per_episode(tmp_path / name)
+    configs = {"lockstep": ("--eval.mode=lockstep", "--eval.batch_size=1"),
+               "w2": ("--workers=2", "--slots_per_worker=1", "--policy.max_batch_size=1")}
+
+    def run(name: str) -> dict:
+        rollbench(pi0_ckpts[ptype], tmp_path / name, *configs[name], env=env)
+        return per_episode(tmp_path / name)
+
+    with ThreadPoolExecutor(len(configs)) as pool:  # independent processes: their start-ups overlap
+        runs = dict(zip(configs, pool.map(run, configs), strict=True))
     assert load_info(tmp_path / "w2")["mode"] == "continuous"
     assert len(runs["lockstep"]) == EPISODES and runs["w2"].keys() == runs["lockstep"].keys()
     # success, length and seed exactly; rewards to 1e-12: on a clean CI clone one pi05 episode's

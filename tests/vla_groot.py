@@ -105,8 +105,8 @@ def base_model_dir(out: Path) -> Path:
 
 
 @contextmanager
-def _lerobot_home(home: Path) -> Iterator[None]:
-    """Point the already-imported GR00T modules at `home` for the duration of a build.
+def lerobot_home(home: Path) -> Iterator[None]:
+    """Point the already-imported GR00T modules at `home` while it lasts (a build, an in-process run).
 
     They copied `HF_LEROBOT_HOME` from `lerobot.utils.constants` at import, so setting the
     environment variable now would not reach them.
@@ -255,7 +255,7 @@ def make_tiny_gr00t(path: Path, home: Path, seed: int, max_state_dim: int, max_a
         action_dim=max_action_dim, compute_dtype="float32",
     )
     torch.manual_seed(seed)
-    with _lerobot_home(home):
+    with lerobot_home(home):
         model = GR00TN15(config, local_model_path=str(path))
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
@@ -290,6 +290,6 @@ def make_groot_checkpoint(out: Path, benchmark: BenchmarkConfig, home: Path, see
     small.setdefault("base_model_path", str(base))
     cfg = make_policy_config("groot", input_features=inputs, output_features=outputs, **small)
     torch.manual_seed(seed)
-    with _lerobot_home(home):
+    with lerobot_home(home):
         policy = get_policy_class("groot")(cfg)
     return save_like_lerobot_train(policy, cfg, out, dataset_stats(inputs, outputs, 256.0, 100.0))

@@ -50,10 +50,15 @@ INSTALL_HINT = "see docs/lerobot.md (pip install --no-deps lerobot==0.4.4 -r con
 #: - "history" (Diffusion): one history of the last `n_obs_steps` observations and one action
 #:   queue per slot, and one torch generator per episode for the sampler's noise, so a row's
 #:   draws do not depend on which rows share its call.
-#: - "chunk" with per-row noise (SmolVLA, pi0, pi05, `FLOW`): the same queues.
+#: - "chunk" with per-row noise (SmolVLA, pi0, pi05 through `noise=`: `FLOW`; GR00T and X-VLA
+#:   drawn per row around the call: `ROW_NOISE`): the same queues. GR00T's queue holds the
+#:   tail of its chunk (`TAIL`), and a GR00T call holds one task's rows (`ONE_TASK_PER_CALL`).
 #: Every other type runs in lockstep with the policy's own `select_action`, exactly as
-#: lerobot-eval runs it (GR00T returns its chunk's tail and reads one task per call).
-PATHS = {"act": "chunk", "diffusion": "history", "smolvla": "chunk", "pi0": "chunk", "pi05": "chunk"}
+#: lerobot-eval runs it.
+PATHS = {
+    "act": "chunk", "diffusion": "history", "smolvla": "chunk", "pi0": "chunk", "pi05": "chunk",
+    "groot": "chunk", "xvla": "chunk",
+}
 
 #: flow-matching types: `predict_action_chunk(obs, noise=...)` takes the noise its sampler
 #: starts from, shape (rows, chunk_size, max_action_dim), which LeRobot otherwise draws with
@@ -63,13 +68,25 @@ PATHS = {"act": "chunk", "diffusion": "history", "smolvla": "chunk", "pi0": "chu
 #: actions independent of its batch-mates.
 FLOW = {"smolvla", "pi0", "pi05"}
 
+#: types that draw their sampler's noise as one batch-shaped `torch.randn` from the global RNG
+#: and take no `noise=` (GR00T's `predict_action_chunk` has none; X-VLA's ignores the one it
+#: is given): the chunk path draws each row from its episode's generator around the call
+#: (`policies/lerobot_noise.py`), the same values one row per call gets from `select_action`
+#: after `torch.manual_seed(batch_seed([seed]))`.
+ROW_NOISE = {"groot", "xvla"}
+
+#: types whose `select_action` plays the last `n_action_steps` actions of each chunk (GR00T
+#: extends a queue of maxlen `n_action_steps` with its whole chunk), not the first
+TAIL = {"groot"}
+
 #: policy types that bring their own env processors (LeRobot's `make_env_pre_post_processors`
 #: returns the policy's pipelines instead of the env's): `policies/lerobot_xvla.py`
 OWNS_ENV_PROCESSORS = {"xvla"}
 
 #: types whose processor reads one task for the whole batch (GR00T's tokenizes `task[0]` for
-#: every row): a call must not mix tasks. Lockstep never does (a batch is one task's envs);
-#: the guard in `act` keeps any other caller from prompting a row with another task's words.
+#: every row): a call must not mix tasks. The chunk path calls the policy once per task among
+#: the rows whose queue ran dry; the lockstep path never mixes them (a batch is one task's
+#: envs), and the guard in `act` refuses any caller that would.
 ONE_TASK_PER_CALL = {"groot"}
 
 #: types that load without the rest of LeRobot's policies: their configuration module and
@@ -432,7 +449,7 @@ class LeRobotPolicy(Policy):
             self._queues.pop(s, None)
             self._ensemblers.pop(s, None)
             self._history.pop(s, None)
-            if self.path == "history" or self.cfg.type in FLOW:
+            if self.path == "history" or self.cfg.type in FLOW or self.cfg.type in ROW_NOISE:
                 # seeded as lockstep seeds a batch of this one episode: at one row per call the
                 # draws are select_action's after `torch.manual_seed(batch_seed([seed]))`
                 self._noise[s] = torch.Generator().manual_seed(batch_seed([episode.seed]))
@@ -460,7 +477,7 @@ class LeRobotPolicy(Policy):
         import torch
 
         self.ready()
-        if self.cfg.type in ONE_TASK_PER_CALL and len(set(batch.get("task") or [])) > 1:
+        if self.path == "lockstep" and self.cfg.type in ONE_TASK_PER_CALL and len(set(batch.get("task") or [])) > 1:
             raise PolicyError(
                 f"{self.cfg.type!r} policies take one task per call (its processor reads the first row's task for "
                 f"every row); this call mixed {sorted(set(batch['task']))}"
@@ -483,16 +500,40 @@ class LeRobotPolicy(Policy):
         import torch
 
         dry = [i for i, s in enumerate(slots) if not self._queues.get(s)]
-        if dry:
-            kwargs = {}
-            if self.cfg.type in FLOW:
-                shape = (1, self.cfg.chunk_size, self.cfg.max_action_dim)
-                draws = [torch.normal(0.0, 1.0, size=shape, generator=self._noise[slots[i]]) for i in dry]
-                kwargs["noise"] = torch.cat(draws).to(self.device)
-            chunk = self.policy.predict_action_chunk(self._inputs(batch, dry), **kwargs)[:, : self.cfg.n_action_steps]
-            for row, i in enumerate(dry):
+        calls = [dry] if dry else []
+        if dry and self.cfg.type in ONE_TASK_PER_CALL:  # one call per task among the dry rows
+            tasks = batch.get("task") or [""] * len(slots)
+            by_task: dict[str, list[int]] = {}
+            for i in dry:
+                by_task.setdefault(tasks[i], []).append(i)
+            calls = list(by_task.values())
+        for rows in calls:
+            chunk = self._predict_chunk(self._inputs(batch, rows), [self._noise.get(slots[i]) for i in rows])
+            for row, i in enumerate(rows):
                 self._queues[slots[i]] = deque(chunk[row])
         return torch.stack([self._queues[s].popleft() for s in slots])
+
+    def _predict_chunk(self, inputs: dict[str, Any], generators: Sequence[Any]) -> Any:
+        """`predict_action_chunk` on these rows, each row's noise from its episode's generator,
+        sliced to the `n_action_steps` actions the type's `select_action` plays."""
+        import torch
+
+        n, ptype = self.cfg.n_action_steps, self.cfg.type
+        if ptype in FLOW:
+            shape = (1, self.cfg.chunk_size, self.cfg.max_action_dim)
+            noise = torch.cat([torch.normal(0.0, 1.0, size=shape, generator=g) for g in generators])
+            chunk = self.policy.predict_action_chunk(inputs, noise=noise.to(self.device))
+        elif ptype in ROW_NOISE:
+            from rollbench.policies.lerobot_noise import RowNoise
+
+            with RowNoise(generators, ptype) as mode:
+                chunk = self.policy.predict_action_chunk(inputs)
+            if mode.draws != 1:  # a LeRobot release that samples otherwise: say so, never guess
+                raise PolicyError(f"{ptype!r} policy drew its noise {mode.draws} times in one chunk, expected once; "
+                                  f"run it with --policy.seeding=lerobot-eval (lockstep, the policy's own draws)")
+        else:
+            chunk = self.policy.predict_action_chunk(inputs)
+        return chunk[:, -n:] if ptype in TAIL else chunk[:, :n]
 
     def _act_history(self, batch: Mapping[str, Any], slots: Sequence[int]) -> Any:
         """Diffusion's `select_action`, one history and one queue per slot.
