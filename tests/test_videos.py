@@ -148,3 +148,22 @@ def test_async_envs_render_with_the_run_s_backend_not_the_forkserver_s(cli, tmp_
         assert check_videos(tmp_path, 1, 2, every=8, fps=80, shape=(64, 64)) == 1
     finally:
         server._stop()  # later tests start their own, with their environment
+
+
+@pytest.mark.metaworld
+def test_an_async_env_that_cannot_film_stops_the_run_saying_why(cli, tmp_path: Path, monkeypatch) -> None:
+    """A sub-process of `--eval.use_async_envs` that fails to render a video frame is shut down
+    by gymnasium, so the batch cannot step on: the run stops at once with the render's error
+    and the GL hint, not at the next step with "'NoneType' object has no attribute 'send'"."""
+    from test_cli import run_error_line
+
+    monkeypatch.setenv("MUJOCO_GL", "glfw")  # the user's choice wins; glfw has no display here
+    monkeypatch.setenv("PYOPENGL_PLATFORM", "glfw")
+    r = cli("eval", "--env.type=metaworld", "--env.task=reach-v3", "--env.episode_length=9",
+            "--eval.video_size=64", "--policy.type=random", "--eval.n_episodes=2", "--eval.max_episodes_rendered=1",
+            "--eval.mode=lockstep", "--eval.batch_size=2", "--eval.isolation=none", "--eval.use_async_envs=true",
+            f"--output_dir={tmp_path}")
+    assert r.rc != 0
+    line = run_error_line(r)
+    assert "failed to film reach-v3's video" in line and "MUJOCO_GL=glfw" in line and "needs a display" in line, line
+    assert "NoneType" not in r.err

@@ -126,7 +126,6 @@ def apply_backend(backend: str) -> None:
 _PACKAGES = {
     "egl": "libegl1 libgl1 libegl-mesa0",
     "osmesa": "libosmesa6",
-    "glfw": "a display (glfw needs X11; use egl or osmesa headless)",
 }
 _GL_MARKERS = ("egl", "osmesa", "opengl", "glfw", "gladload", "gl context", "libgl")
 
@@ -136,6 +135,11 @@ def gl_failure_hint(error_text: str, backend: str) -> str:
     low = error_text.lower()
     if not any(marker in low for marker in _GL_MARKERS):
         return ""
+    if backend == "glfw":
+        return (
+            "rendering with MUJOCO_GL=glfw failed to create a context: glfw needs a display (X11); "
+            "headless, unset MUJOCO_GL (rollbench then picks egl or osmesa) or set it to egl or osmesa"
+        )
     pkg = _PACKAGES.get(backend, "the OpenGL libraries")
     other = "cpu" if backend == "egl" else "gpu"
     return (

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
+import os
 import queue
 import threading
 from collections import deque
@@ -31,9 +32,10 @@ import numpy as np
 
 from rollbench.benchmarks.frames import RENDER_VIDEO
 from rollbench.config.env import set_episode_index
-from rollbench.errors import EpisodesLost
+from rollbench.errors import EpisodesLost, WorkerError, error_line
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
+from rollbench.rendering import gl_failure_hint
 from rollbench.results.adaptive import Stops
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.video import VideoRecorder
@@ -111,8 +113,15 @@ class _Recording:
                 return []
             try:
                 all_frames = vec.call(RENDER_VIDEO, self.plan.size) if video else vec.call("render")
-            except Exception:
-                return [None] * len(rows)
+            except Exception as err:
+                # gymnasium shuts down a sub-process that raised: its envs cannot step on, so the
+                # batch stops here with the reason, not at the next step with a closed pipe's
+                backend = os.environ.get("MUJOCO_GL", "")
+                hint = gl_failure_hint(str(err), backend)
+                raise WorkerError(
+                    f"an env sub-process (--eval.use_async_envs=true) failed to film {label}'s video: {error_line(err)}"
+                    + (f"; {hint}" if hint else "; --eval.max_episodes_rendered=0 turns videos off")
+                ) from None
             return [all_frames[i] for i in rows]
 
         return frames
