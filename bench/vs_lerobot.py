@@ -47,20 +47,19 @@ mode films the first 10 episodes of every task, every step (lerobot-eval's 0.4.4
 rollbench is given `--eval.max_episodes_rendered=10 --eval.video_fps=1000`, since its own
 defaults film less).
 
-Measured on 2 shared CPU cores (2026-12-04, another job's tests loading them; bench/gpu.sh is
-the GPU counterpart): the ratios follow that load more than either tool. lerobot-eval and
-rollbench's lockstep run torch with one thread per core, and those threads spin against the
-env workers and the other job: Diffusion on PushT took lerobot-eval 37, 45 and 233 s in three
-repeats (its DDPM U-Net call 13 ms in rollbench's one-thread driver, 550 ms in lerobot-eval
-under load). Median of 3, Diffusion on PushT: continuous 1.01x lerobot-eval, lockstep 0.87x;
-SmolVLA 4.5x and 2.6x. On a quiet pair of cores Diffusion cannot reach 2x: both tools do the
-same work (per chunk of 4 steps, resnet18 on 2 frames per episode, 4 U-Net steps; the PushT
-steps, renders and videos) and lerobot-eval already keeps ~1.5 cores busy (65 CPU s in
-45 s), so 2 cores bound rollbench near 1.4x. A cProfile of continuous's driver (2 workers x
-4 slots, 4 rows per call: one worker's slots, the two workers alternate) spent 22 s in the
-policy (16.5 s resnet18 encoding both history frames again every chunk, as LeRobot does;
-3.8 s U-Net), 16 s waiting for the workers (11-12 CPU s each: PushT steps, renders, videos),
-8 s starting (imports 7 s).
+Measured on 2 quiet CPU cores (2026-12-05, nothing else running; bench/gpu.sh is the GPU
+counterpart), median of 3, x lerobot-eval (continuous / lockstep): PushT Diffusion 1.19x /
+1.45x, SmolVLA 1.88x / 1.87x; MT10 pixels (2 per task x 20 steps) Diffusion 1.72x / 2.03x,
+SmolVLA 2.54x / 2.39x (docs/lerobot.md, "Speed"). Under load (another job's tests, load 3-6)
+the ratios follow the load more than either tool: lerobot-eval's torch threads spin against
+it (Diffusion on PushT took lerobot-eval 37, 45 and 233 s in three repeats). Diffusion cannot
+reach 2x on PushT here: both tools do the same work (per chunk of 4 steps, resnet18 on 2
+frames per episode, 4 U-Net steps; the PushT steps, renders and videos) and lerobot-eval
+already keeps ~1.5 cores busy (56 CPU s in 38 s), so 2 cores bound rollbench near 1.4-1.5x.
+A cProfile of continuous's driver (2 workers x 4 slots, 4 rows per call: one worker's slots,
+the two workers alternate) spent 22 s in the policy (16.5 s resnet18 encoding both history
+frames again every chunk, as LeRobot does; 3.8 s U-Net), 16 s waiting for the workers (11-12
+CPU s each: PushT steps, renders, videos), 8 s starting (imports 7 s).
 """
 
 from __future__ import annotations
