@@ -111,6 +111,20 @@ def rollbench(ckpt: Path, out: Path, *extra: str, env: dict[str, str] | None = N
     return [eps[("pusht", 0, i)][:3] for i in range(EPISODES)]
 
 
+def lockstep_at_one_and_continuous(ckpt: Path, tmp_path: Path, env: dict[str, str]) -> dict[str, dict]:
+    """Per-episode results of lockstep at batch 1 ("lockstep") and continuous in 2 workers at one
+    row per call ("w2"), run at once (independent processes: their start-ups overlap)."""
+    configs = {"lockstep": ("--eval.mode=lockstep", "--eval.batch_size=1"),
+               "w2": ("--workers=2", "--slots_per_worker=1", "--policy.max_batch_size=1")}
+
+    def run(name: str) -> dict:
+        rollbench(ckpt, tmp_path / name, *configs[name], env=env)
+        return per_episode(tmp_path / name)
+
+    with ThreadPoolExecutor(len(configs)) as pool:
+        return dict(zip(configs, pool.map(run, configs), strict=True))
+
+
 def assert_same_episodes(a: list[Episode], b: list[Episode]) -> None:
     """Success and max reward bit for bit; the sum up to summation order (LeRobot sums a torch tensor)."""
     assert [(s, mx) for s, _, mx in a] == [(s, mx) for s, _, mx in b]
@@ -302,15 +316,7 @@ def test_groot_runs_continuous_with_the_episodes_of_lockstep_at_batch_one(groot:
     slot from which rollbench draws each row's noise around the call (GR00T takes no `noise=`):
     continuous in 2 workers at one row per call gives lockstep's episodes at batch 1, exactly."""
     ckpt, home = groot
-    configs = {"lockstep": ("--eval.mode=lockstep", "--eval.batch_size=1"),
-               "w2": ("--workers=2", "--slots_per_worker=1", "--policy.max_batch_size=1")}
-
-    def run(name: str) -> dict:
-        rollbench(ckpt, tmp_path / name, *configs[name], env={**OFFLINE, **home})
-        return per_episode(tmp_path / name)
-
-    with ThreadPoolExecutor(len(configs)) as pool:  # independent processes: their start-ups overlap
-        runs = dict(zip(configs, pool.map(run, configs), strict=True))
+    runs = lockstep_at_one_and_continuous(ckpt, tmp_path, {**OFFLINE, **home})
     assert load_info(tmp_path / "w2")["mode"] == "continuous"
     assert len(runs["lockstep"]) == EPISODES and runs["w2"] == runs["lockstep"]
     assert len({ep[1] for ep in runs["w2"].values()}) == EPISODES  # each episode acts on its own
@@ -492,15 +498,7 @@ def test_pi0_runs_continuous_with_the_episodes_of_lockstep_at_batch_one(pi0_ckpt
     continuous in 2 workers at one row per call gives lockstep's episodes at batch 1."""
     env, _ = recording_env(tmp_path, "unused", (OPENPI_OVERLAY,), TINY_PI0="1")
     del env["RECORD_ACTIONS"]
-    configs = {"lockstep": ("--eval.mode=lockstep", "--eval.batch_size=1"),
-               "w2": ("--workers=2", "--slots_per_worker=1", "--policy.max_batch_size=1")}
-
-    def run(name: str) -> dict:
-        rollbench(pi0_ckpts[ptype], tmp_path / name, *configs[name], env=env)
-        return per_episode(tmp_path / name)
-
-    with ThreadPoolExecutor(len(configs)) as pool:  # independent processes: their start-ups overlap
-        runs = dict(zip(configs, pool.map(run, configs), strict=True))
+    runs = lockstep_at_one_and_continuous(pi0_ckpts[ptype], tmp_path, env)
     assert load_info(tmp_path / "w2")["mode"] == "continuous"
     assert len(runs["lockstep"]) == EPISODES and runs["w2"].keys() == runs["lockstep"].keys()
     # success, length and seed exactly; rewards to 1e-12: on a clean CI clone one pi05 episode's

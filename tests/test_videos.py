@@ -120,6 +120,14 @@ def test_bad_value(cli, tmp_path: Path) -> None:
     assert r.rc == 2 and "--eval.max_episodes_rendered=-1" in r.err
 
 
+def _film_in_async_envs(cli, tmp_path: Path):
+    """A lockstep batch of 2 MetaWorld envs in forkserver sub-processes, the first episode filmed."""
+    return cli("eval", "--env.type=metaworld", "--env.task=reach-v3", "--env.episode_length=9",
+               "--eval.video_size=64", "--policy.type=random", "--eval.n_episodes=2", "--eval.max_episodes_rendered=1",
+               "--eval.mode=lockstep", "--eval.batch_size=2", "--eval.isolation=none", "--eval.use_async_envs=true",
+               f"--output_dir={tmp_path}")
+
+
 @pytest.mark.metaworld
 def test_async_envs_render_with_the_run_s_backend_not_the_forkserver_s(cli, tmp_path: Path, monkeypatch) -> None:
     """`--eval.use_async_envs` steps envs in processes from multiprocessing's forkserver, which
@@ -140,10 +148,7 @@ def test_async_envs_render_with_the_run_s_backend_not_the_forkserver_s(cli, tmp_
         started.join()
         monkeypatch.delenv("MUJOCO_GL")
         monkeypatch.delenv("PYOPENGL_PLATFORM")
-        r = cli("eval", "--env.type=metaworld", "--env.task=reach-v3", "--env.episode_length=9",
-                "--eval.video_size=64", "--policy.type=random", "--eval.n_episodes=2", "--eval.max_episodes_rendered=1",
-                "--eval.mode=lockstep", "--eval.batch_size=2", "--eval.isolation=none", "--eval.use_async_envs=true",
-                f"--output_dir={tmp_path}")
+        r = _film_in_async_envs(cli, tmp_path)
         assert r.rc == 0, r.err
         assert check_videos(tmp_path, 1, 2, every=8, fps=80, shape=(64, 64)) == 1
     finally:
@@ -159,10 +164,7 @@ def test_an_async_env_that_cannot_film_stops_the_run_saying_why(cli, tmp_path: P
 
     monkeypatch.setenv("MUJOCO_GL", "glfw")  # the user's choice wins; glfw has no display here
     monkeypatch.setenv("PYOPENGL_PLATFORM", "glfw")
-    r = cli("eval", "--env.type=metaworld", "--env.task=reach-v3", "--env.episode_length=9",
-            "--eval.video_size=64", "--policy.type=random", "--eval.n_episodes=2", "--eval.max_episodes_rendered=1",
-            "--eval.mode=lockstep", "--eval.batch_size=2", "--eval.isolation=none", "--eval.use_async_envs=true",
-            f"--output_dir={tmp_path}")
+    r = _film_in_async_envs(cli, tmp_path)
     assert r.rc != 0
     line = run_error_line(r)
     assert "failed to film reach-v3's video" in line and "MUJOCO_GL=glfw" in line and "needs a display" in line, line

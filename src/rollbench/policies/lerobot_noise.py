@@ -65,6 +65,6 @@ class RowNoise(TorchFunctionMode):
                 raise PolicyError(
                     f"{self.policy_type!r} policy drew {getattr(func, '__name__', func)}"
                     f"{_size(args, kwargs) or ''} from torch's global RNG, which rollbench does not split per "
-                    f"row for this LeRobot release; run it with --eval.mode=lockstep --policy.seeding=lerobot-eval"
+                    f"row for this LeRobot release; run it with --policy.seeding=lerobot-eval (lockstep, the policy's own draws)"
                 )
         return func(*args, **kwargs)
