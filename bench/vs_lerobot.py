@@ -207,7 +207,9 @@ def make_checkpoint(policy: str, workload: str, out: Path) -> Path:
 def commands(args: argparse.Namespace, ckpt: Path, out: Path) -> dict[str, list[str]]:
     """mode -> its command line for one repeat, writing into out/<mode>."""
     shared = [f"--seed={args.seed}", f"--eval.n_episodes={args.episodes}", f"--policy.device={args.device}"]
-    le_flags = [f"--policy.path={ckpt}", *shared, f"--eval.batch_size={args.batch_size}", f"--output_dir={out / 'lerobot-eval'}",
+    # sync envs, as 0.4.4's default: lerobot-eval 0.6 defaults to async ones, which crash by themselves on PushT
+    le_flags = [f"--policy.path={ckpt}", *shared, f"--eval.batch_size={args.batch_size}", "--eval.use_async_envs=false",
+                f"--output_dir={out / 'lerobot-eval'}",
                 *args.lerobot_eval_args.split()]
     # film as lerobot-eval does (10 episodes per task, every step), not rollbench's cheaper defaults
     films = ["--eval.max_episodes_rendered=10", "--eval.video_fps=1000"]

@@ -262,7 +262,8 @@ def test_rollbench_vs_lerobot_eval_of_one_checkpoint_pairs_and_agrees(tmp_path, 
     lerobot_eval = shutil.which("lerobot-eval", path=str(Path(sys.executable).parent))
     assert lerobot_eval, "lerobot-eval is installed with lerobot"
     with ThreadPoolExecutor(1) as pool:  # the two tools at once: independent processes
-        theirs = pool.submit(subprocess.run, [lerobot_eval, f"--policy.path={ckpt}", "--policy.device=cpu", *flags,
+        theirs = pool.submit(subprocess.run, [lerobot_eval, f"--policy.path={ckpt}", "--policy.device=cpu",
+                                              "--eval.use_async_envs=false", *flags,
                                               f"--output_dir={tmp_path / 'le'}"], capture_output=True, text=True, timeout=600)
         res = run_subprocess("eval", "--policy.type=lerobot", f"--policy.path={ckpt}", "--eval.mode=lockstep", *flags,
                              f"--output_dir={tmp_path / 'rb'}")

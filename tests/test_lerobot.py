@@ -32,6 +32,10 @@ EPISODES = 4
 LENGTH = 30
 SEED = 1000
 LEROBOT_EVAL = str(Path(sys.executable).with_name("lerobot-eval"))
+# Every lerobot-eval command of the tests passes --eval.use_async_envs=false (0.4.4's default):
+# 0.6 defaults to async envs, which crash by themselves on PushT (`NamespaceNotFound: gym_pusht`,
+# the forkserver children never import gym_pusht) and with SmolVLA (`TimeLimit has no attribute
+# 'task_description'`).
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +54,7 @@ def lerobot_eval(ckpt: Path, out: Path, batch_size: int) -> list[tuple[bool, flo
     """Per-episode (success, sum_reward, max_reward) from `lerobot-eval`; episode i has seed SEED + i."""
     proc = subprocess.run(
         [
-            LEROBOT_EVAL, f"--policy.path={ckpt}", "--policy.device=cpu", "--env.type=pusht",
+            LEROBOT_EVAL, f"--policy.path={ckpt}", "--policy.device=cpu", "--eval.use_async_envs=false", "--env.type=pusht",
             f"--env.episode_length={LENGTH}", f"--eval.n_episodes={EPISODES}", f"--eval.batch_size={batch_size}",
             f"--seed={SEED}", f"--output_dir={out}",
         ],

@@ -139,7 +139,10 @@ def in_own_gl_context(vec: Any) -> Any:
     rollbench's context, or free rollbench's objects (garbage frames either way). Alone in a
     process its own context is the current one.
     """
-    ctx = getattr(vec.envs[0]._env.sim, "_render_context_offscreen", None)
+    env = vec.envs[0]
+    if getattr(env, "_env", None) is None and hasattr(env, "_ensure_env"):
+        env._ensure_env()  # LeRobot 0.6 builds its LIBERO env at the first reset: build it now
+    ctx = getattr(env._env.sim, "_render_context_offscreen", None)
     if ctx is not None:
         ctx.gl_ctx.make_current()
     return vec
@@ -165,7 +168,9 @@ def test_libero_env_equals_lerobots_step_for_step(suite: str) -> None:
     from lerobot.policies.act.configuration_act import ACTConfig
     from lerobot.processor.env_processor import LiberoProcessorStep
 
-    cfg = LiberoEnv(task=suite, task_ids=[0], episode_length=ENV_STEPS + 1)
+    # the image size named for both: 0.6 renders 360x360 by default, 0.4.4 and rollbench 256x256
+    cfg = LiberoEnv(task=suite, task_ids=[0], episode_length=ENV_STEPS + 1,
+                    observation_height=bench.observation_height, observation_width=bench.observation_width)
     their_pre, _ = make_env_pre_post_processors(cfg, ACTConfig(device="cpu"))
     assert [type(s) for s in their_pre.steps] == [LiberoProcessorStep]
     theirs = make_env(cfg, n_envs=1)[suite][0]  # a SyncVectorEnv, as lerobot-eval makes it
@@ -438,7 +443,7 @@ def assert_libero_episodes_equal_lerobot_eval(ckpt: Path, tmp_path: Path, *flags
         subprocess.run,
         [
             sys.executable, "-c", LEROBOT_EVAL, str(assets), str(their_actions), str(SIZE), f"--policy.path={libero_ckpt}",
-            "--policy.device=cpu", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=[0]",
+            "--policy.device=cpu", "--eval.use_async_envs=false", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=[0]",
             f"--env.episode_length={LENGTH}", f"--eval.n_episodes={EPISODES}", f"--eval.batch_size={EPISODES}",
             f"--seed={SEED}", f"--output_dir={tmp_path / 'lerobot'}",
         ],

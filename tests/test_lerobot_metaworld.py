@@ -1,8 +1,10 @@
 """MetaWorld pixels: rollbench against `lerobot-eval` on the same LeRobot checkpoint.
 
-Per-episode parity is impossible here: lerobot-eval's MetaWorld env draws every goal from
-the global `np.random` (seeded once per run and consumed by the envs of a batch in turn),
-while rollbench seeds each episode by its own seed. Two checks instead:
+With LeRobot 0.6, whose MetaWorld env seeds its goals from the reset seed (LeRobot #3727),
+the two tools' episodes are equal one by one, and the pipeline test says so. With 0.4.4,
+per-episode parity is impossible: its MetaWorld env draws every goal from the global
+`np.random` (seeded once per run and consumed by the envs of a batch in turn), while
+rollbench seeds each episode by its own seed. Two checks instead:
 
 - the env itself: given the same goal draws, rollbench's env and LeRobot's `MetaworldEnv`
   give identical images, states, rewards and successes, step for step (cheap, exact);
@@ -86,7 +88,8 @@ def steered_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def lerobot_eval(ckpt: Path, out: Path) -> Sample:
     proc = subprocess.run(
         capped_lerobot_eval(
-            LENGTH, False, f"--policy.path={ckpt}", "--policy.device=cpu", "--env.type=metaworld", f"--env.task={TASK}",
+            LENGTH, False, f"--policy.path={ckpt}", "--policy.device=cpu", "--eval.use_async_envs=false", "--env.type=metaworld",
+            f"--env.task={TASK}",
             f"--eval.n_episodes={EPISODES}", "--eval.batch_size=2", f"--seed={SEED}", f"--output_dir={out}",
         ),
         capture_output=True, text=True, timeout=600, env=subprocess_env(MUJOCO_GL=gl_backend()),
@@ -96,12 +99,12 @@ def lerobot_eval(ckpt: Path, out: Path) -> Sample:
     return task["metrics"]["successes"], task["metrics"]["sum_rewards"]
 
 
-def rollbench_eval(ckpt: Path, out: Path, task: str = TASK, **env: str) -> Sample:
+def rollbench_eval(ckpt: Path, out: Path, *flags: str, task: str = TASK, **env: str) -> Sample:
     res = run_subprocess(
         "eval", "--env.type=metaworld", f"--env.task={task}", "--env.obs_type=pixels_agent_pos",
         f"--env.observation_width={SIZE}", f"--env.observation_height={SIZE}", f"--env.episode_length={LENGTH}",
         "--policy.type=lerobot", f"--policy.path={ckpt}", f"--eval.n_episodes={EPISODES}", f"--seed={SEED}",
-        f"--output_dir={out}", timeout=600, **env,
+        f"--output_dir={out}", *flags, timeout=600, **env,
     )
     assert res.rc == 0, res.err[-3000:]
     (result,) = load_info(out)["per_task"]
@@ -124,30 +127,56 @@ def disagreements(theirs: Sample, ours: Sample) -> list[str]:
     return problems
 
 
+def lerobot_seeds_goals() -> bool:
+    """Whether the installed LeRobot's MetaWorld env draws its goals from the reset seed
+    (0.6, LeRobot #3727: `seeded_rand_vec = True` on the inner env), not the global np.random."""
+    import inspect
+
+    from lerobot.envs.metaworld import MetaworldEnv
+
+    return "seeded_rand_vec = True" in inspect.getsource(MetaworldEnv)
+
+
 @pytest.mark.slow
-def test_metaworld_pixels_match_lerobot_eval_in_distribution(steered_ckpt: Path, tmp_path: Path) -> None:
+def test_metaworld_pixels_match_lerobot_eval(steered_ckpt: Path, tmp_path: Path) -> None:
+    """Episode by episode where LeRobot seeds MetaWorld's goals from each episode's seed (0.6):
+    lerobot-eval's episode i has seed SEED + i, as rollbench's, and lockstep at lerobot-eval's
+    batch size gives its episodes bit for bit. In distribution before (0.4.4), in continuous mode.
+
+    Continuous mode's episodes differ from lockstep's in the last digits of the policy's
+    actions (other batch-mates, other float sums), which this steered policy (gain 60, 480x480
+    pixels) turns into different episodes: one of the six flipped to a failure when tried."""
+    per_episode = lerobot_seeds_goals()
+    flags = ("--eval.mode=lockstep", "--eval.batch_size=2") if per_episode else ()
     with ThreadPoolExecutor(1) as pool:  # the two tools at once: independent processes
         their_run = pool.submit(lerobot_eval, steered_ckpt, tmp_path / "lerobot")
-        ours = rollbench_eval(steered_ckpt, tmp_path / "rollbench")
+        ours = rollbench_eval(steered_ckpt, tmp_path / "rollbench", *flags)
         theirs = their_run.result()
     assert 0 < sum(theirs[0]) < EPISODES and len(set(theirs[1])) == EPISODES, (
         f"lerobot-eval's episodes should differ and only some succeed, or the comparison says little: {theirs}"
     )
-    assert disagreements(theirs, ours) == []
+    if per_episode:
+        assert ours == theirs
+    else:
+        assert disagreements(theirs, ours) == []
 
 
 def test_env_equals_lerobots_metaworld_env_given_the_same_goals() -> None:
-    """rollbench's MetaWorld env == LeRobot's `MetaworldEnv` when both draw goals from one seed."""
+    """rollbench's MetaWorld env == LeRobot's `MetaworldEnv` when both draw goals from one seed:
+    LeRobot 0.6's does so by itself (its reset seeds the goals, LeRobot #3727), 0.4.4's after
+    the two lines below."""
     apply_backend(gl_backend())
     from lerobot.envs.metaworld import MetaworldEnv
 
     ours = benchmark().make_task_env(TASK)
     theirs = MetaworldEnv(task=TASK, obs_type="pixels_agent_pos")
     rng = np.random.default_rng(0)
+    seeds_itself = hasattr(theirs, "_ensure_env")  # 0.6: the inner env is built at the first reset, seeded
     try:
         for seed in (3, 4):
-            theirs._env.seed(seed)  # the only difference: LeRobot leaves goals to the global np.random
-            theirs._env.seeded_rand_vec = True
+            if not seeds_itself:  # the only difference: LeRobot 0.4.4 leaves goals to the global np.random
+                theirs._env.seed(seed)
+                theirs._env.seeded_rand_vec = True
             (a, _), (b, _) = ours.reset(seed=seed), theirs.reset(seed=seed)
             for t in range(8):
                 assert a.keys() == b.keys() == {"pixels", "agent_pos"}

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,7 +89,7 @@ def read_actions(path: Path) -> Actions:
 def lerobot_eval(ckpt: Path, out: Path, batch_size: int, env: dict[str, str]) -> list[Episode]:
     proc = subprocess.run(
         [
-            LEROBOT_EVAL, f"--policy.path={ckpt}", "--policy.device=cpu", "--env.type=pusht",
+            LEROBOT_EVAL, f"--policy.path={ckpt}", "--policy.device=cpu", "--eval.use_async_envs=false", "--env.type=pusht",
             f"--env.episode_length={LENGTH}", f"--eval.n_episodes={EPISODES}", f"--eval.batch_size={batch_size}",
             f"--seed={SEED}", f"--output_dir={out}",
         ],
@@ -165,11 +166,22 @@ def test_smolvla_lockstep_equals_lerobot_eval(smolvla_ckpt: Path, tmp_path: Path
 )
 def test_the_task_string_is_lerobot_eval_s(name: str, task: str) -> None:
     """What a VLA reads as its prompt: rollbench's `policy_task` against the `task` that
-    lerobot-eval's own env gives (`add_envs_task` on LeRobot's vector env)."""
+    lerobot-eval's own env gives (0.4: `add_envs_task` on LeRobot's vector env; 0.6: its rollout
+    calls `task_description`, else `task`, on the vector env, else "")."""
     import numpy as np
     from lerobot.envs.configs import AlohaEnv, MetaworldEnv, PushtEnv
     from lerobot.envs.factory import make_env
-    from lerobot.envs.utils import add_envs_task
+
+    try:
+        from lerobot.envs.utils import add_envs_task
+    except ImportError:  # LeRobot 0.6: lerobot_eval.rollout's own lines
+        def add_envs_task(vec: Any, obs: dict[str, Any]) -> dict[str, Any]:
+            for name in ("task_description", "task"):
+                try:
+                    return {**obs, "task": list(vec.call(name))}
+                except (AttributeError, NotImplementedError):
+                    pass
+            return {**obs, "task": [""] * vec.num_envs}
 
     from rollbench.config.env import BENCHMARKS
 
@@ -405,17 +417,38 @@ def test_xvla_is_not_served(tmp_path: Path) -> None:
 
 #: openpi's patched transformers, which LeRobot 0.4.4's pi0/pi05 need and no other type accepts:
 #: an overlay directory put first on PYTHONPATH (the rest comes from the venv); make install-dev
-#: installs it
+#: installs it into the 3.11 venv. LeRobot 0.6's pi0/pi05 run on stock transformers (>= 5.4).
 OPENPI_OVERLAY = Path(sys.prefix) / "openpi-overlay"
 OVERLAY_INSTALL = (f"{Path(sys.prefix) / 'bin' / 'pip'} install --target {OPENPI_OVERLAY} --no-deps "
                    f"transformers-openpi==4.53.3 tokenizers==0.21.4")
 
 
+def pi0_needs_openpi_transformers() -> bool:
+    """Whether the installed LeRobot's pi0 imports openpi's `transformers.models.siglip.check`
+    (0.4.4 does; 0.6 does not): read from its source, without importing it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("lerobot.policies.pi0.modeling_pi0")
+    return spec is not None and spec.origin is not None and "siglip import check" in Path(spec.origin).read_text()
+
+
+#: what goes first on PYTHONPATH of every process that builds or loads a pi0/pi05
+PI0_FIRST: tuple[Path, ...] = (OPENPI_OVERLAY,) if pi0_needs_openpi_transformers() else ()
+
+
+def skip_without_pi0_transformers() -> None:
+    if PI0_FIRST and not (OPENPI_OVERLAY / "transformers" / "models" / "siglip" / "check.py").exists():
+        pytest.skip(f"LeRobot 0.4.4's pi0/pi05 need openpi's transformers in {OPENPI_OVERLAY}; run: {OVERLAY_INSTALL}")
+
+
+def pythonpath(*paths: Path | str) -> str:
+    return ":".join(str(p) for p in (*PI0_FIRST, *paths))
+
+
 @pytest.fixture(scope="module")
 def pi0_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tiny pi0 and pi05, built in a process that imports the patched transformers."""
-    if not (OPENPI_OVERLAY / "transformers" / "models" / "siglip" / "check.py").exists():
-        pytest.skip(f"pi0/pi05 need openpi's transformers in {OPENPI_OVERLAY}; run: {OVERLAY_INSTALL}")
+    skip_without_pi0_transformers()
     from conftest import TESTS
 
     root = tmp_path_factory.mktemp("pi0")
@@ -423,7 +456,7 @@ def pi0_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
              "from rollbench.benchmarks.pusht import PushTConfig; "
              "[make_pi0_checkpoint(Path(sys.argv[1]) / t, PushTConfig(), policy_type=t) for t in ('pi0', 'pi05')]")
     proc = subprocess.run([sys.executable, "-c", build, str(root)], capture_output=True, text=True, timeout=600,
-                          env={**subprocess_env(), **OFFLINE, "PYTHONPATH": f"{OPENPI_OVERLAY}:{TESTS}"})
+                          env={**subprocess_env(), **OFFLINE, "PYTHONPATH": pythonpath(TESTS)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {t: root / t for t in ("pi0", "pi05")}
 
@@ -431,10 +464,10 @@ def pi0_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.mark.slow
 @pytest.mark.parametrize("ptype", ["pi0", "pi05"])
 def test_pi0_lockstep_equals_lerobot_eval(pi0_ckpts: dict[str, Path], tmp_path: Path, ptype: str) -> None:
-    """pi0 and pi05 on PushT pixels, both tools under openpi's transformers: the PaliGemma
+    """pi0 and pi05 on PushT pixels, both tools under the same transformers (openpi's with 0.4.4): the PaliGemma
     tokenizer step, image resize with padding, state/action padding (pi05: quantile
     normalisation) and the flow-matching noise, action for action."""
-    assert_equals_lerobot_eval(pi0_ckpts[ptype], tmp_path, (OPENPI_OVERLAY,), TINY_PI0="1")
+    assert_equals_lerobot_eval(pi0_ckpts[ptype], tmp_path, PI0_FIRST, TINY_PI0="1")
 
 
 @pytest.mark.libero
@@ -463,20 +496,19 @@ def test_a_vla_runs_a_libero_episode(ptype: str, tmp_path: Path) -> None:
         make_groot_checkpoint(ckpt, bench, tmp_path / "home")
         env["HF_LEROBOT_HOME"] = str(tmp_path / "home")
     else:
-        if not (OPENPI_OVERLAY / "transformers" / "models" / "siglip" / "check.py").exists():
-            pytest.skip(f"pi0/pi05 need openpi's transformers in {OPENPI_OVERLAY}; run: {OVERLAY_INSTALL}")
+        skip_without_pi0_transformers()
         build = ("import sys; from pathlib import Path; from vla_pi0 import make_pi0_checkpoint; "
                  "from rollbench.benchmarks.libero import LiberoConfig; "
                  f"make_pi0_checkpoint(Path(sys.argv[1]), LiberoConfig(task={SUITE!r}, task_ids=('0',), "
                  f"observation_height={SIZE}, observation_width={SIZE}), policy_type={ptype!r})")
-        path = f"{OPENPI_OVERLAY}:{TESTS}"
+        path = pythonpath(TESTS)
         proc = subprocess.run([sys.executable, "-c", build, str(ckpt)], capture_output=True, text=True, timeout=600,
                               env={**subprocess_env(), **env, "PYTHONPATH": path}, stdin=subprocess.DEVNULL)
         assert proc.returncode == 0, proc.stderr[-3000:]
         hook = tmp_path / "hook"
         hook.mkdir()
         (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
-        env.update(PYTHONPATH=f"{OPENPI_OVERLAY}:{hook}:{TESTS}", TINY_PI0="1")
+        env.update(PYTHONPATH=pythonpath(hook, TESTS), TINY_PI0="1")
     out = tmp_path / "run"
     res = run_subprocess(
         "eval", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=0", *LIBERO_SIZE, "--env.episode_length=6",
@@ -496,7 +528,7 @@ def test_pi0_runs_continuous_with_the_episodes_of_lockstep_at_batch_one(pi0_ckpt
                                                                         ptype: str) -> None:
     """pi0 and pi05 leave lockstep (a queue and a noise generator per slot, `noise=` per row):
     continuous in 2 workers at one row per call gives lockstep's episodes at batch 1."""
-    env, _ = recording_env(tmp_path, "unused", (OPENPI_OVERLAY,), TINY_PI0="1")
+    env, _ = recording_env(tmp_path, "unused", PI0_FIRST, TINY_PI0="1")
     del env["RECORD_ACTIONS"]
     runs = lockstep_at_one_and_continuous(pi0_ckpts[ptype], tmp_path, env)
     assert load_info(tmp_path / "w2")["mode"] == "continuous"

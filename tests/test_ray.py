@@ -129,6 +129,7 @@ def test_videos_sent_back_to_the_driver_are_where_the_report_expects_them(cli, c
 
 
 @pytest.mark.pusht
+@pytest.mark.lerobot
 def test_lerobots_env_through_the_bridge_in_ray_actors(cli, cluster, tmp_path: Path) -> None:
     """The `lerobot` bridge on Ray: LeRobot's PushT built in the actors from its config (passed
     through --env.fields), the episodes of a local run, and its `render()` filmed and sent back."""
@@ -285,6 +286,7 @@ def test_an_adaptive_ray_run_is_the_fixed_runs_prefix(cli, cluster, tmp_path: Pa
     check_adaptive(tmp_path / "ray", {"episodes": episodes, "stops": stops, "prefix": prefix})
 
 
+@pytest.mark.lerobot
 def test_a_recorded_ray_run_gives_the_local_runs_dataset(cli, cluster, tmp_path: Path) -> None:
     pytest.importorskip("lerobot.datasets.lerobot_dataset")
     from test_recording import FAKE, assert_same_dataset

@@ -1,7 +1,8 @@
 """`--eval.recording`: the episodes as a LeRobot dataset, written with LeRobot's own writer and
 read back with `LeRobotDataset(repo_id, root=DIR)`: as many episodes as kept, as many frames
 as steps, the actions the policy sent, success as logged; durable across a kill, the same
-for shards, and filtered by `--eval.record`."""
+for shards, and filtered by `--eval.record`. LeRobot's dataset code: both supported lines
+(`make test` runs this module with LeRobot 0.4.4 and with 0.6.x)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from conftest import load_info, per_episode, run_subprocess
 
 pytest.importorskip("lerobot.datasets.lerobot_dataset")
+pytestmark = pytest.mark.lerobot
 
 FAKE = ("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=4", "--eval.recording=true",
         "--eval.report=false")
@@ -76,6 +78,9 @@ def check_against_log(out: Path, columns: dict[str, np.ndarray], kept: set[tuple
 def test_a_recorded_run_loads_as_a_lerobot_dataset(tmp_path: Path) -> None:
     res = run_subprocess(*FAKE, "--workers=2", f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
+    # LeRobot's progress bars and warnings stay out of rollbench's output (`--debug` has them)
+    for noise in ("Map:", "torchcodec", "RuntimeWarning", "Copy data", "Validate all", "%|"):
+        assert noise not in res.err + res.out, (noise, res.err)
     ds, columns = load(tmp_path)
     assert ds.meta.total_episodes == 12
     check_against_log(tmp_path, columns)
@@ -86,6 +91,11 @@ def test_a_recorded_run_loads_as_a_lerobot_dataset(tmp_path: Path) -> None:
         rows = columns["episode_index"] == j
         _, _, _, n_steps, seed = episodes[key]
         np.testing.assert_array_equal(columns["action"][rows], random_actions(seed, n_steps), err_msg=str(key))
+    # episodes done at their first step (every frame done) beside longer ones (done only at the
+    # end): LeRobot 0.6 computes the first kind's bool stats without casting them to float, and its
+    # aggregate_datasets cannot join the two (ArrowInvalid) unless rollbench evens them out
+    lengths = [n_steps for _, _, _, n_steps, _ in episodes.values()]
+    assert min(lengths) == 1 and max(lengths) > 1, lengths
     tasks = {ds[int(np.flatnonzero(columns["episode_index"] == j)[0])]["task"] for j in range(12)}
     assert len(tasks) == 3  # each task's description, per frame
     assert load_info(tmp_path)["dataset"]["episodes"] == 12
@@ -156,6 +166,48 @@ def test_shards_write_their_parts_and_the_launcher_joins_them(tmp_path: Path) ->
     assert res.rc == 0, res.err
     _, columns = load(tmp_path)
     check_against_log(tmp_path, columns)
+    assert part_dirs(tmp_path) == []  # joined by the launcher, then removed
+
+
+def part_dirs(out: Path) -> list[str]:
+    return sorted(p.name for p in (out / "dataset_parts").iterdir() if p.is_dir())
+
+
+def log_lines(out: Path) -> int:
+    return sum(len(f.read_text().splitlines()) for f in (out / "episodes").glob("*.jsonl"))
+
+
+def test_a_finished_run_keeps_its_dataset_and_not_the_parts(tmp_path: Path) -> None:
+    """Once a finished run's parts are joined they are removed (the dataset holds their frames,
+    videos included: keeping both doubled the disk); the same command again runs nothing and
+    keeps the dataset as it is."""
+    out = tmp_path / "run"
+    res = run_subprocess(*FAKE, f"--output_dir={out}")
+    assert res.rc == 0, res.err
+    assert part_dirs(out) == [] and (out / "dataset_parts" / "joined.json").is_file()
+    before, lines = load(out)[1], log_lines(out)
+    again = run_subprocess(*FAKE, f"--output_dir={out}")
+    assert again.rc == 0, again.err
+    assert log_lines(out) == lines  # no episode ran again
+    after = load(out)[1]
+    for key in before:
+        np.testing.assert_array_equal(before[key], after[key], err_msg=key)
+
+
+def test_a_finished_run_that_keeps_more_episodes_records_them_again(tmp_path: Path) -> None:
+    """A finished run with `--eval.record=failures`, then the same run with `--eval.record=all`:
+    the failures' parts were removed, so they run again for their frames (same seeds, same
+    episodes), and the dataset is a clean `all` run's, column for column."""
+    clean = run_subprocess(*FAKE, f"--output_dir={tmp_path / 'clean'}")
+    assert clean.rc == 0, clean.err
+    out = tmp_path / "run"
+    first = run_subprocess(*FAKE, "--eval.record=failures", f"--output_dir={out}")
+    assert first.rc == 0, first.err
+    assert part_dirs(out) == []
+    then = run_subprocess(*FAKE, "--eval.record=all", f"--output_dir={out}")
+    assert then.rc == 0, then.err
+    assert_same_dataset(tmp_path / "clean", out)
+    assert load_info(out)["dataset"]["record"] == "all"
 
 
 def test_an_adaptive_recorded_run_keeps_only_the_counted_prefix(tmp_path: Path) -> None:
@@ -173,6 +225,39 @@ def test_recording_flags_without_recording_are_refused(tmp_path: Path, flag: str
     res = run_subprocess("eval", "--env.type=fake", "--policy.type=random", flag, f"--output_dir={tmp_path}")
     assert res.rc == 2 and "add --eval.recording=true" in res.err and flag.split("=")[0] in res.err
     assert not (tmp_path / "run.json").exists()
+
+
+@pytest.mark.parametrize("where", ["a file", "a folder with files", "the run directory"])
+def test_a_recording_root_that_cannot_take_the_dataset_is_refused_before_any_episode(tmp_path: Path, where: str) -> None:
+    """The joined dataset replaces --eval.recording_root at the end of the run: a root that is a
+    file, holds someone's files or is the run's own directory stops the run in one line before
+    anything runs, and nothing of the user's is touched (an unwritable one too: not testable as
+    root, which CI is)."""
+    out = tmp_path / "run"
+    root = {"a file": tmp_path / "f", "a folder with files": tmp_path / "mine", "the run directory": out}[where]
+    if where == "a file":
+        root.write_text("keep me")
+    elif where == "a folder with files":
+        root.mkdir()
+        (root / "notes.txt").write_text("keep me")
+    res = run_subprocess(*FAKE, f"--eval.recording_root={root}", f"--output_dir={out}")
+    errors = [ln for ln in res.err.splitlines() if ln.startswith("rollbench: error:")]
+    assert res.rc == 2 and len(errors) == 1 and "Traceback" not in res.err, res.err
+    assert f"--eval.recording_root={root}" in errors[0]
+    assert not (out / "episodes").exists()
+    if where == "a file":
+        assert root.read_text() == "keep me"
+    if where == "a folder with files":
+        assert (root / "notes.txt").read_text() == "keep me"
+
+
+def test_a_recording_root_of_this_run_is_taken_again_on_rerun(tmp_path: Path) -> None:
+    """A completed run's own dataset root (non-empty) is accepted when the same command runs again."""
+    args = (*FAKE, f"--eval.recording_root={tmp_path / 'ds'}", f"--output_dir={tmp_path / 'run'}")
+    assert run_subprocess(*args).rc == 0
+    res = run_subprocess(*args)
+    assert res.rc == 0, res.err
+    assert load_info(tmp_path / "run")["dataset"]["episodes"] == 12
 
 
 class _Hub:

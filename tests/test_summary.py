@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import load_info
-from rollbench.results.summary import wilson
+from rollbench.results.summary import aggregate, wilson
 
 
 def strict_json(path: Path):
@@ -118,6 +118,12 @@ def test_eval_info_has_lerobot_keys_and_ours(fake_run):
         assert len(m["sum_rewards"]) == len(m["max_rewards"]) == len(m["successes"]) == len(m["n_steps"]) == 6
         assert all(isinstance(s, bool) for s in m["successes"])
         _check_aggregate(task["summary"], m["successes"], m["sum_rewards"], m["max_rewards"], m["n_steps"])
+        # LeRobot main's (#4628) per-task keys at the top of the entry, before its metrics
+        keys = list(task)
+        assert keys[keys.index("description") + 1:keys.index("metrics")] == [
+            "n_episodes", "n_success", "pc_success", "pc_success_ci95"]
+        assert {k: task[k] for k in ("n_episodes", "n_success", "pc_success", "pc_success_ci95")} == {
+            k: task["summary"][k] for k in ("n_episodes", "n_success", "pc_success", "pc_success_ci95")}
     assert set(info["per_group"]) == {"all", "far"}
     for group, agg in info["per_group"].items():
         tasks = [t["metrics"] for t in info["per_task"] if t["task_group"] == group]
@@ -128,6 +134,9 @@ def test_eval_info_has_lerobot_keys_and_ours(fake_run):
     _check_aggregate(overall, *[[x for m in every for x in m[key]] for key in ("successes", "sum_rewards", "max_rewards", "n_steps")])
     for key in ("avg_sum_reward", "avg_max_reward", "pc_success", "n_episodes", "eval_s", "eval_ep_s"):
         assert key in overall, key
+    for agg in (*info["per_group"].values(), overall):  # LeRobot main's order: the two new keys after n_episodes
+        keys = list(agg)
+        assert keys[keys.index("n_episodes"):keys.index("n_episodes") + 3] == ["n_episodes", "n_success", "pc_success_ci95"]
     assert overall["eval_s"] > 0
     assert overall["eval_ep_s"] == pytest.approx(overall["eval_s"] / overall["n_episodes"])
     # the same task in two groups is one episode stream: same seeds, same results
@@ -209,3 +218,16 @@ def test_metaworld_eval_info(cli, tmp_path):
     assert info["versions"]["mujoco"] == metadata.version("mujoco")
     rows = [ln for ln in res.out.splitlines() if ln.startswith("reach-v3")]
     assert len(rows) == 1
+
+
+@pytest.mark.parametrize(("k", "n", "interval"), [(9, 10, [59.58, 98.21]), (14, 20, [48.10, 85.45]), (14, 30, [30.23, 63.86])])
+def test_intervals_are_lerobot_main_s(k: int, n: int, interval: list[float]) -> None:
+    """The counts and intervals LeRobot main's own tests expect of its eval_info.json (#4628,
+    tests/scripts/test_lerobot_eval_summary.py: a task of 9/10, a group of 14/20, overall 14/30)."""
+    from rollbench.results.records import EpisodeRecord
+
+    recs = [EpisodeRecord(task_group="g", task_id=0, task="t", episode_index=i, seed=i, success=i < k,
+                          sum_reward=0.0, max_reward=0.0, n_steps=1) for i in range(n)]
+    agg = aggregate(recs)
+    assert (agg["n_episodes"], agg["n_success"], agg["pc_success"]) == (n, k, 100.0 * k / n)
+    assert agg["pc_success_ci95"] == pytest.approx(interval, abs=0.005)

@@ -111,6 +111,7 @@ def lerobot_home(home: Path) -> Iterator[None]:
     They copied `HF_LEROBOT_HOME` from `lerobot.utils.constants` at import, so setting the
     environment variable now would not reach them.
     """
+    skip_unless_groot_n15()
     from lerobot.policies.groot import groot_n1, processor_groot
 
     with mock.patch.object(groot_n1, "HF_LEROBOT_HOME", home), mock.patch.object(
@@ -262,6 +263,17 @@ def make_tiny_gr00t(path: Path, home: Path, seed: int, max_state_dim: int, max_a
     return path
 
 
+def skip_unless_groot_n15() -> None:
+    """Skip the calling test where the installed LeRobot's `groot` is not GR00T N1.5 (0.6: N1.7)."""
+    import importlib.util
+
+    if importlib.util.find_spec("lerobot.policies.groot.groot_n1") is None:
+        import pytest
+
+        pytest.skip("this LeRobot's `groot` is GR00T N1.7 (0.6 refuses N1.5 checkpoints); a tiny N1.7 checkpoint "
+                    "is not built by the tests yet (docs/lerobot.md, the policy table)")
+
+
 def make_groot_checkpoint(out: Path, benchmark: BenchmarkConfig, home: Path, seed: int = 0, **overrides: Any) -> Path:
     """Save a tiny random-init GR00T for `benchmark`'s features into `out`, the way lerobot-train does.
 
@@ -271,6 +283,7 @@ def make_groot_checkpoint(out: Path, benchmark: BenchmarkConfig, home: Path, see
     executed; `use_bf16=False` keeps the model in float32 on a CPU; `overrides` replace any
     `GrootConfig` field (`max_state_dim` and `max_action_dim` also size the base model).
     """
+    skip_unless_groot_n15()
     from lerobot.policies.factory import get_policy_class, make_policy_config
 
     inputs, outputs = policy_features(benchmark)

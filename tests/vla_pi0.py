@@ -8,6 +8,9 @@ overlay directory first on PYTHONPATH that holds only the patched `transformers`
 
     .venv/bin/pip install --target OVERLAY --no-deps transformers-openpi==4.53.3 tokenizers==0.21.4
 
+LeRobot 0.6's pi0/pi05 run on stock transformers 5 (its `pi_gemma.py` subclasses transformers'
+PaliGemma and Gemma instead): no overlay there (`test_lerobot_vla.PI0_FIRST` is empty).
+
 Two things are hard-coded in LeRobot and are worked around here:
 
 * Architecture. pi0/pi05 take their sizes from `paligemma_variant` / `action_expert_variant`,
@@ -65,8 +68,9 @@ def _tiny_replacements(module: ModuleType) -> dict[str, Any]:
     and the vocabulary on the transformers configs right before building the models.
     """
     gemma_config = module.GemmaConfig
-    paligemma = module.PaliGemmaForConditionalGeneration
-    gemma = module.GemmaForCausalLM
+    paligemma_name, gemma_name = _constructor_names(module)
+    paligemma = getattr(module, paligemma_name)
+    gemma = getattr(module, gemma_name)
 
     def get_gemma_config(variant: str) -> Any:
         sizes = {"gemma_2b": _VLM, "gemma_300m": _EXPERT}.get(variant)
@@ -87,18 +91,22 @@ def _tiny_replacements(module: ModuleType) -> dict[str, Any]:
         config.vocab_size = _VOCAB
         return gemma(config=config)
 
-    return {
-        "get_gemma_config": get_gemma_config,
-        "PaliGemmaForConditionalGeneration": tiny_paligemma,
-        "GemmaForCausalLM": tiny_gemma,
-    }
+    return {"get_gemma_config": get_gemma_config, paligemma_name: tiny_paligemma, gemma_name: tiny_gemma}
+
+
+def _constructor_names(module: ModuleType) -> tuple[str, str]:
+    """The PaliGemma and Gemma classes `PaliGemmaWithExpertModel` builds: transformers' own in
+    LeRobot 0.4.4 (openpi's patched transformers), LeRobot 0.6's subclasses of them (`pi_gemma.py`)."""
+    if hasattr(module, "PaliGemmaForConditionalGenerationWithPiGemma"):
+        return "PaliGemmaForConditionalGenerationWithPiGemma", "PiGemmaForCausalLM"
+    return "PaliGemmaForConditionalGeneration", "GemmaForCausalLM"
 
 
 def _patch(module: ModuleType) -> dict[str, Any]:
     """Make `module` build tiny models; returns the replaced attributes (idempotent)."""
     if getattr(module, "_rollbench_tiny_pi0", False):
         return {}
-    names = ("get_gemma_config", "PaliGemmaForConditionalGeneration", "GemmaForCausalLM")
+    names = ("get_gemma_config", *_constructor_names(module))
     saved = {name: getattr(module, name) for name in names}
     for name, value in _tiny_replacements(module).items():
         setattr(module, name, value)

@@ -173,5 +173,9 @@ def _build(out: Path, inputs: dict[str, Any], outputs: dict[str, Any], seed: int
     cfg = make_policy_config("xvla", input_features=inputs, output_features=outputs, **small)
     torch.manual_seed(seed)
     policy = get_policy_class("xvla")(cfg)
-    torch.nn.init.normal_(policy.model.vlm.image_projection, std=0.02)
+    vlm = policy.model.vlm  # the projector is a bare parameter in 0.4.4, a Linear (its weight) in 0.6
+    projection = getattr(vlm, "image_projection", None)
+    if projection is None:
+        projection = vlm.multi_modal_projector.image_projection.weight
+    torch.nn.init.normal_(projection, std=0.02)
     return save_like_lerobot_train(policy, cfg, out, dataset_stats(inputs, outputs, 256.0, 100.0))

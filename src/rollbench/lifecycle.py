@@ -14,7 +14,9 @@ execute: it only closes. Nothing here prints: the CLI does, from the returned va
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,20 +24,23 @@ from pathlib import Path
 from typing import Any
 
 from rollbench.config.run import RunConfig
-from rollbench.errors import DiskFull, RollbenchError, RunInterrupted
+from rollbench.errors import ConfigError, DiskFull, RollbenchError, RunInterrupted
 from rollbench.executors.base import Executor, Run
-from rollbench.plan import EpisodeUnit, pending, plan_for
+from rollbench.plan import EpisodeUnit, UnitKey, pending, plan_for
 from rollbench.progress import Progress
 from rollbench.results import eval_info
 from rollbench.results.adaptive import Rule, StopRule, Stops
 from rollbench.results.adaptive import apply as apply_stops
 from rollbench.results.dataset import (
+    PARTS_DIR,
     PartWriter,
     dataset_repo_id,
     dataset_root,
+    joined,
     keeps,
     merge_parts,
     part_path,
+    remove_joined_parts,
     sweep_parts,
 )
 from rollbench.results.dataset import push as push_dataset
@@ -67,11 +72,43 @@ def check(cfg: RunConfig) -> list[EpisodeUnit]:
     """The run's plan, once its benchmark is installed and its tasks exist (no side effects)."""
     cfg.env.check_available()
     cfg.env.validate_tasks()
+    _check_recording_root(cfg)
     if cfg.eval.versus is not None:
         from rollbench.report.versus import precheck
 
         precheck(cfg)
     return plan_for(cfg)
+
+
+def _check_recording_root(cfg: RunConfig) -> None:
+    """--eval.recording_root, before the first episode: the joined dataset replaces that
+    directory at the end of the run, so it must be new, empty, or this run's own dataset, and
+    its disk must take it."""
+    given = cfg.eval.recording_root
+    if cfg.eval.record_mode is None or not given:
+        return
+    flag, root = f"--eval.recording_root={given}", Path(given).expanduser().resolve()
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"{flag} is a file; give a directory for the run's dataset (new or empty)")
+    if root.is_dir() and any(root.iterdir()) and not _this_run_s_dataset(Path(cfg.output_dir), root):
+        raise ConfigError(f"{flag} holds other files, and rollbench replaces that directory with the run's dataset at "
+                          f"the end; give a new or empty directory (e.g. {root / 'dataset'})")
+    out = Path(cfg.output_dir).expanduser().resolve()
+    if root == out or root in out.parents or (root.parent == out and root.name in ("episodes", PARTS_DIR, "videos")):
+        raise ConfigError(f"{flag} would replace {'the run directory' if root in (out, *out.parents) else 'a folder of the run'} "
+                          f"{root} with the dataset; give a directory of its own (default: <output_dir>/dataset)")
+    existing = next(p for p in (root, *root.parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag}: {existing} is not writable by this user; give a directory you can write")
+
+
+def _this_run_s_dataset(output_dir: Path, root: Path) -> bool:
+    """Whether `root` is the dataset an earlier close of this run wrote (its eval_info.json says so)."""
+    try:
+        info = json.loads((output_dir / "eval_info.json").read_text())
+        return Path(info["dataset"]["root"]).expanduser().resolve() == root
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) -> Run:
@@ -80,19 +117,32 @@ def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) 
     continuing = prepare(output_dir, cfg.identity(), cfg.to_dict(), cfg.resume)
     merged = merge(read_records(output_dir), plan)
     finished = merged.done_keys()
+    rule = stop_rule(cfg)
+    # failed units run again, so only finished ones decide; every shard's log is read
+    stops = None if rule is None else Stops(rule, (r for r in merged.records.values() if r.ok))
+
+    def still_to_do(done: frozenset[UnitKey]) -> list[EpisodeUnit]:
+        todo = pending(units, done)
+        return todo if stops is None else [u for u in todo if stops.wanted(u)]
+
+    done = frozenset(finished)
     if cfg.eval.record_mode is not None:
         sweep_parts(output_dir)  # half-written by a killed run; their episodes were not logged
-        # an episode logged without its frames (a run resumed with --eval.recording added) runs again
-        finished = {k for k in finished if not keeps(cfg.eval.record, merged.records[k])
-                    or part_path(output_dir, merged.records[k]).is_dir()}
-    done = frozenset(finished)
-    todo = pending(units, done)
-    rule = stop_rule(cfg)
-    stops = None
-    if rule is not None:
-        # failed units run again, so only finished ones decide; every shard's log is read
-        stops = Stops(rule, (r for r in merged.records.values() if r.ok))
-        todo = [u for u in todo if stops.wanted(u)]
+        # an episode logged without its frames (a run resumed with --eval.recording added) runs
+        # again; a finished run's episodes are in its dataset (their parts removed), which is
+        # kept if nothing more runs, else joined anew: then they run again for their frames
+        in_dataset = joined(output_dir)
+
+        def recorded(key: UnitKey, dataset_counts: bool) -> bool:
+            rec = merged.records[key]
+            part = part_path(output_dir, rec)
+            return (not keeps(cfg.eval.record, rec) or part.is_dir()
+                    or (dataset_counts and part.name in in_dataset))
+
+        done = frozenset(k for k in finished if recorded(k, True))
+        if still_to_do(done) and in_dataset:
+            done = frozenset(k for k in finished if recorded(k, False))
+    todo = still_to_do(done)
     if continuing:
         log.info("resuming in %s: %d of %d episodes already done", output_dir, sum(u.key in done for u in units), len(units))
         sweep_partial_videos(output_dir)  # left by killed workers; their episodes run again
@@ -117,7 +167,8 @@ def close_run(
     info = eval_info.build(merged, cfg, output_dir, how, command, took, stopped)
     counted = merged if stopped is None else stopped[1].merged
     if cfg.eval.record_mode is not None and merge_dataset:
-        info.body["dataset"] = _merge_dataset(output_dir, cfg, counted)
+        finished = info.complete and info.body.get("adaptive", {}).get("tasks_running", 0) == 0
+        info.body["dataset"] = _merge_dataset(output_dir, cfg, counted, finished)
     eval_info.write(output_dir, info)
     return counted, info
 
@@ -133,8 +184,9 @@ def _push_dataset(cfg: RunConfig, info: EvalInfo) -> list[str]:
     return [problem] if problem else []
 
 
-def _merge_dataset(output_dir: Path, cfg: RunConfig, counted: Merged) -> dict[str, Any]:
-    """The recorded episodes that count, in plan order, as one LeRobot dataset."""
+def _merge_dataset(output_dir: Path, cfg: RunConfig, counted: Merged, finished: bool) -> dict[str, Any]:
+    """The recorded episodes that count, in plan order, as one LeRobot dataset; a finished
+    run's parts are removed once joined (the dataset holds their frames)."""
     kept = [counted.records[u.key] for u in counted.plan
             if u.key in counted.records and keeps(cfg.eval.record, counted.records[u.key])]
     root = dataset_root(output_dir, cfg.eval.recording_root)
@@ -142,6 +194,9 @@ def _merge_dataset(output_dir: Path, cfg: RunConfig, counted: Merged) -> dict[st
     t0 = time.monotonic()
     n = merge_parts(output_dir, kept, root, repo_id)
     log.info("dataset: %d episodes joined into %s in %.1f s", n, root, time.monotonic() - t0)
+    if finished and n:
+        freed = remove_joined_parts(output_dir, kept, root)
+        log.debug("dataset: removed the %d joined parts (%.1f MB)", n, freed / 1e6)
     return {"root": str(root), "repo_id": repo_id, "episodes": n, "record": cfg.eval.record}
 
 

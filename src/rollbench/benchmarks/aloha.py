@@ -30,6 +30,7 @@ from rollbench.benchmarks.frames import MujocoVideoCamera, frame_shape
 from rollbench.config.env import BenchmarkConfig, Feature, register_benchmark, split_tasks
 from rollbench.config.fields import opt
 from rollbench.errors import ConfigError, unknown_choice
+from rollbench.lerobot_line import prompts_from_the_inner_env
 
 #: env id -> (gym-aloha's task name, dimension of its environment state: object poses)
 TASKS: dict[str, tuple[str, int]] = {
@@ -221,7 +222,9 @@ class AlohaConfig(BenchmarkConfig):
         return DESCRIPTIONS.get(task, task)
 
     def policy_task(self, task: str) -> str:
-        return ""  # lerobot-eval's: gym.make's wrappers around gym-aloha's env show no instruction
+        # lerobot-eval's prompt: 0.6 finds gym-aloha's own `task` under gym.make's wrappers
+        # ("insertion"); 0.4.4 looks at the outer wrapper only, which has none ("")
+        return TASKS[task][0] if prompts_from_the_inner_env() else ""
 
     @property
     def step_cost_ms(self) -> float:

@@ -71,6 +71,17 @@ class RecordedVectorEnv(gym.vector.VectorEnv):  # type: ignore[misc]
         self.num_envs = len(self.env_fns)
 
 
+# One class per slot: LeRobot 0.6's factories test `env_cls is gym.vector.AsyncVectorEnv` and
+# wrap the async one in a lazy vector env of their own; the bridge asks for sync envs, which
+# must not look async.
+class RecordedSyncVectorEnv(RecordedVectorEnv):
+    pass
+
+
+class RecordedAsyncVectorEnv(RecordedVectorEnv):
+    pass
+
+
 _RECORDING = threading.Lock()
 
 
@@ -89,8 +100,8 @@ def recording_vector_envs() -> Iterator[None]:
 
     with _RECORDING:
         saved = vector.SyncVectorEnv, vector.AsyncVectorEnv
-        setattr(vector, "SyncVectorEnv", RecordedVectorEnv)  # noqa: B010  (mypy: a class is not assignable)
-        setattr(vector, "AsyncVectorEnv", RecordedVectorEnv)  # noqa: B010
+        setattr(vector, "SyncVectorEnv", RecordedSyncVectorEnv)  # noqa: B010  (mypy: a class is not assignable)
+        setattr(vector, "AsyncVectorEnv", RecordedAsyncVectorEnv)  # noqa: B010
         try:
             yield
         finally:

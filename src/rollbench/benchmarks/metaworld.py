@@ -304,7 +304,7 @@ class MetaWorldConfig(BenchmarkConfig):
 
     @classmethod
     def required_modules(cls) -> dict[str, str]:
-        return {"metaworld": "metaworld==3.1.1", "mujoco": "mujoco==3.3.0"}
+        return {"metaworld": "metaworld>=3.0.0,<3.2", "mujoco": "mujoco==3.3.0"}
 
     def tasks(self) -> dict[str, list[str]]:
         known = groups()

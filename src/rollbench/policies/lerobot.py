@@ -494,7 +494,11 @@ class LeRobotPolicy(Policy):
             action = self.postprocessor(action)
             if self.env_post is not None:
                 action = self.env_post({"action": action})["action"]
-        return action.to("cpu").float().numpy()  # type: ignore[no-any-return]
+        # the env gets the dtype lerobot-eval hands it (its `.numpy()` of the post-processor's
+        # output: float64 for some checkpoints, e.g. a tiny pi0's): a float32 copy of a float64
+        # action moves gym-pusht's agent differently in the last bits; numpy has no bfloat16
+        action = action.to("cpu")
+        return (action.float() if action.dtype == torch.bfloat16 else action).numpy()  # type: ignore[no-any-return]
 
     def _act_chunk(self, batch: Mapping[str, Any], slots: Sequence[int]) -> Any:
         import torch

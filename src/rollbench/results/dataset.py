@@ -22,11 +22,17 @@ read; `LeRobotDataset(..., episodes=[...])` selects a task's episodes.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
+import json
+import logging
 import os
 import queue
 import re
 import shutil
 import threading
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -36,6 +42,8 @@ import numpy as np
 
 from rollbench.errors import ConfigError
 from rollbench.results.records import EpisodeRecord
+
+log = logging.getLogger(__name__)
 
 PARTS_DIR = "dataset_parts"
 DATASET_DIR = "dataset"
@@ -67,11 +75,45 @@ def _lerobot_dataset(output_dir: Path) -> Any:
     # LeRobot reads parquet metadata through `datasets`, which caches Arrow copies under
     # ~/.cache by default: hundreds of MB per run; keep them with the run unless set
     os.environ.setdefault("HF_DATASETS_CACHE", str(output_dir / ".cache" / "hf-datasets"))
+    _quiet_lerobot_datasets()
     try:
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
     except ImportError as err:
-        raise ConfigError(f"--eval.recording needs LeRobot's dataset writer (lerobot 0.4.4): {err}") from None
+        raise ConfigError(f"--eval.recording needs LeRobot's dataset writer (lerobot 0.4.4 or 0.6): {err}") from None
+    import datasets
+
+    datasets.disable_progress_bars()  # `Map: 100%` once per episode
     return LeRobotDataset
+
+
+class _ToDebug(logging.Handler):
+    """The root logger's handler in a rollbench process that records: what LeRobot's dataset
+    code logs there (0.4.4: `logging.warning` on the root logger; 0.6: module loggers that
+    propagate to it), e.g. that torchcodec cannot load (with its whole traceback, on 0.6), goes to
+    rollbench's debug log (`--debug`), not to the terminal."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not record.name.startswith("rollbench"):  # rollbench's own (an embedding program's) are not LeRobot's
+            log.debug("%s: %s", record.name, record.getMessage())
+
+
+@functools.cache
+def _quiet_lerobot_datasets() -> None:
+    """Keep LeRobot's dataset messages out of rollbench's output; once per process, before the
+    first import of LeRobot's dataset code (torchcodec's warning comes at import)."""
+    root = logging.getLogger()
+    if not root.handlers:  # a host program's (or pytest's) logging setup is left as it is
+        root.addHandler(_ToDebug())
+    # compute_stats: `RuntimeWarning: Converting input from bool to <class 'numpy.uint8'>`
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"lerobot\.datasets\.")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+
+
+class _Discard(io.TextIOBase):
+    """A stderr for LeRobot's tqdm bars while parts are joined ("Copy data and videos: ...")."""
+
+    def write(self, text: str) -> int:
+        return len(text)
 
 
 def _features(frames: Mapping[str, np.ndarray]) -> dict[str, dict[str, Any]]:
@@ -125,10 +167,46 @@ def write_part(output_dir: Path, rec: EpisodeRecord, fps: int, task: str, repo_i
         dataset.add_frame(frame)
     dataset.save_episode()
     dataset.finalize()
+    if n == 1:
+        _stats_as_longer_episodes_have_them(tmp)
     if final.exists():  # the episode ran again (a resume): its part is the same episode
         shutil.rmtree(final)
     os.replace(tmp, final)
     return final
+
+
+@functools.cache
+def _bool_stats_become_float() -> bool:
+    """Whether the installed LeRobot gives a boolean feature float min/max in an episode of
+    two frames or more (0.6 does: its quantile path casts; 0.4.4 keeps bool)."""
+    from lerobot.datasets.compute_stats import get_feature_stats
+
+    stats = get_feature_stats(np.array([[True], [False]]), axis=0, keepdims=False)
+    return bool(np.asarray(stats["min"]).dtype != np.bool_)
+
+
+def _stats_as_longer_episodes_have_them(part: Path) -> None:
+    """A one-frame episode's stats in the dtypes LeRobot gives every longer episode.
+
+    LeRobot 0.6 computes a one-frame episode's stats without its quantile path, which keeps a
+    boolean feature's min/max bool (`next.done` of an episode done at its first step), while
+    every longer episode's are float64; `aggregate_datasets` then cannot write the joined
+    episode table (`ArrowInvalid: Cannot mix NumPy dtypes bool and float64`). The part's
+    episode table gets the longer episodes' dtype, as LeRobot would have computed it."""
+    if not _bool_stats_become_float():
+        return
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for path in sorted((part / "meta" / "episodes").rglob("*.parquet")):
+        table = pq.read_table(path)
+        fields = [(i, f) for i, f in enumerate(table.schema) if f.name.startswith("stats/")
+                  and pa.types.is_list(f.type) and pa.types.is_boolean(f.type.value_type)]
+        for i, field in fields:
+            table = table.set_column(i, pa.field(field.name, pa.list_(pa.float64())),
+                                     table.column(i).cast(pa.list_(pa.float64())))
+        if fields:
+            pq.write_table(table, path)
 
 
 #: ended episodes (with their frames) waiting for the writer thread, at most
@@ -195,15 +273,69 @@ def sweep_parts(output_dir: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+#: in PARTS_DIR, once a finished run's parts are joined and removed: the dataset that holds them
+#: ({"root": ..., "parts": [part names, in the dataset's order]})
+JOINED = "joined.json"
+
+
+def joined(output_dir: Path) -> set[str]:
+    """The names of the parts a finished run's dataset holds after they were removed (none
+    when that dataset is gone)."""
+    try:
+        manifest = json.loads((output_dir / PARTS_DIR / JOINED).read_text())
+        return set(manifest["parts"]) if (Path(manifest["root"]) / "meta" / "info.json").is_file() else set()
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def _forget_joined(output_dir: Path) -> None:
+    (output_dir / PARTS_DIR / JOINED).unlink(missing_ok=True)
+
+
+def _already_joined(output_dir: Path, names: list[str], root: Path) -> bool:
+    try:
+        manifest = json.loads((output_dir / PARTS_DIR / JOINED).read_text())
+    except (OSError, ValueError):
+        return False
+    return (manifest.get("parts") == names and Path(manifest.get("root", "")).resolve() == root.resolve()
+            and (root / "meta" / "info.json").is_file())
+
+
+def remove_joined_parts(output_dir: Path, records: Iterable[EpisodeRecord], root: Path) -> int:
+    """A finished run's parts, once joined into `root`: their names go to JOINED, then their
+    directories are removed (the dataset holds their frames; keeping both doubles the disk a
+    recorded run takes, videos included). The bytes freed."""
+    names = [part_path(output_dir, r).name for r in records]
+    manifest = output_dir / PARTS_DIR / JOINED
+    tmp = manifest.with_name(f".{JOINED}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps({"root": str(root.resolve()), "parts": names}))
+    os.replace(tmp, manifest)  # first: a part removed is always named there
+    freed = 0
+    for name in names:
+        part = output_dir / PARTS_DIR / name
+        freed += sum(f.stat().st_size for f in part.rglob("*") if f.is_file())
+        shutil.rmtree(part, ignore_errors=True)
+    return freed
+
+
 def merge_parts(output_dir: Path, records: Iterable[EpisodeRecord], root: Path, repo_id: str) -> int:
     """Join the parts of `records` (in that order) into one dataset at `root` with LeRobot's
     `aggregate_datasets`; the number of episodes. The old dataset is replaced only once the
-    new one is complete."""
+    new one is complete. A finished run's dataset whose parts were removed is kept as it is
+    when it holds exactly these episodes (the same command run again)."""
+    records = list(records)
     parts = [part_path(output_dir, r) for r in records]
     missing = [p.name for p in parts if not p.is_dir()]
+    if missing and _already_joined(output_dir, [p.name for p in parts], root):
+        return len(parts)
     if missing:
-        raise ConfigError(f"--eval.recording: the frames of {len(missing)} logged episodes are missing from "
-                          f"{output_dir / PARTS_DIR} (e.g. {missing[0]}); rerun the same command to record them")
+        in_dataset = len(set(missing) & joined(output_dir))
+        _forget_joined(output_dir)  # the next run of the command records the removed ones again
+        raise ConfigError(
+            f"--eval.recording: the frames of {len(missing)} logged episodes are missing from {output_dir / PARTS_DIR} "
+            f"(e.g. {missing[0]}{f'; {in_dataset} of them are in the dataset joined before, which holds other episodes' if in_dataset else ''}); "
+            f"rerun the same command to record them")
+    _forget_joined(output_dir)  # the dataset is about to hold these parts, not the removed ones
     if not parts:
         return 0
     _lerobot_dataset(output_dir)
@@ -211,8 +343,10 @@ def merge_parts(output_dir: Path, records: Iterable[EpisodeRecord], root: Path, 
 
     tmp = root.with_name(f".{root.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    aggregate_datasets(repo_ids=[f"{repo_id}_part{i}" for i in range(len(parts))], aggr_repo_id=repo_id,
-                       roots=parts, aggr_root=tmp)
+    # its tqdm bars write to sys.stderr; nothing else runs while the run closes
+    with contextlib.redirect_stderr(_Discard()):
+        aggregate_datasets(repo_ids=[f"{repo_id}_part{i}" for i in range(len(parts))], aggr_repo_id=repo_id,
+                           roots=parts, aggr_root=tmp)
     old = root.with_name(f".{root.name}.old-{os.getpid()}")
     if root.exists():
         os.replace(root, old)

@@ -1,9 +1,10 @@
 """Aggregates and `eval_info.json`, always derived from the merged episode records.
 
 Keys and meaning follow LeRobot's `eval_info.json` (`per_task`, `per_group`, `overall`,
-`avg_sum_reward`, `avg_max_reward`, `pc_success`, `n_episodes`, `eval_s`, `eval_ep_s`), plus
-ours: `n_success`, `pc_success_ci95` (Wilson score interval, percent), `n_failed`,
-`avg_episode_length`, `status`. Episodes that failed for infrastructure reasons (a crashed
+`avg_sum_reward`, `avg_max_reward`, `pc_success`, `n_episodes`, `eval_s`, `eval_ep_s`), and
+LeRobot main's since #4628: `n_success` and `pc_success_ci95` (Wilson score interval, percent,
+unrounded) in `per_group` and `overall`, and those with `n_episodes` and `pc_success` at the top of
+each `per_task` entry; plus ours: `n_failed`, `avg_episode_length`, `status`, a `summary` per task. Episodes that failed for infrastructure reasons (a crashed
 or hung worker, after retries) are not policy failures: they are left out of the rates and
 counted in `n_failed`. The JSON never holds NaN or Infinity: undefined values are null.
 """
@@ -21,6 +22,9 @@ from rollbench.results.merge import Merged
 from rollbench.results.records import EpisodeRecord
 
 Z95 = 1.959963984540054
+#: what LeRobot main (after 0.6.1, #4628) adds to each `per_task` entry; `per_group` and `overall`
+#: carry them too, in `aggregate`'s order (LeRobot's: `n_success` and `pc_success_ci95` after `n_episodes`)
+LEROBOT_TASK_KEYS = ("n_episodes", "n_success", "pc_success", "pc_success_ci95")
 
 
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float] | None:
@@ -101,12 +105,15 @@ def eval_info(merged: Merged, descriptions: dict[str, str] | None = None, root: 
         failed = [r for r in recs if not r.ok]
         group_records[group].extend(ok)
         group_failed[group] += len(failed)
+        summary = aggregate(ok, len(failed))
         per_task.append(
             {
                 "task_group": group,
                 "task_id": task_id,
                 "task": units[0].task,
                 "description": descriptions.get(units[0].task, units[0].task),
+                # LeRobot main's per-task counts and interval (#4628), at the top of the entry
+                **{key: summary[key] for key in LEROBOT_TASK_KEYS},
                 "metrics": {
                     "sum_rewards": [r.sum_reward for r in ok],
                     "max_rewards": [r.max_reward for r in ok],
@@ -116,7 +123,7 @@ def eval_info(merged: Merged, descriptions: dict[str, str] | None = None, root: 
                     "episode_ix": [r.episode_index for r in ok],
                     "n_steps": [r.n_steps for r in ok],
                 },
-                "summary": aggregate(ok, len(failed)),
+                "summary": summary,
                 "failed": [{"episode_index": r.episode_index, "seed": r.seed, "error": r.error} for r in failed],
             }
         )
