@@ -58,10 +58,14 @@ def aloha_pixels_agent_pos(ctx: Any) -> _Checking:
 
 
 def libero_default(ctx: Any) -> _Checking:
-    """LIBERO, defaults: two 256x256 cameras (image, image2) + the processor's 8-d state."""
+    """LIBERO, defaults: two cameras (image, image2) at the installed LeRobot's default size
+    (360x360 with 0.6, 256x256 with 0.4.4) + the processor's 8-d state."""
+    from rollbench.lerobot_line import before_0_5
+
+    size = 256 if before_0_5() else 360
     return _Checking(ctx, {
-        "observation.images.image": ((256, 256, 3), "uint8"),
-        "observation.images.image2": ((256, 256, 3), "uint8"),
+        "observation.images.image": ((size, size, 3), "uint8"),
+        "observation.images.image2": ((size, size, 3), "uint8"),
         "observation.state": ((8,), "float32"),
     })
 

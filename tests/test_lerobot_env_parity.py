@@ -30,7 +30,7 @@ keeps LeRobot's 256x256.
 
 LeRobot's LIBERO config does not pass its image size (360x360 declared) or
 `camera_name_mapping` to the env, and its ALOHA config passes no image size either, so
-the envs render their defaults here: LIBERO 256x256, ALOHA 480x640.
+the envs render their defaults here: LIBERO 360x360 with LeRobot 0.6 (256x256 with 0.4.4), ALOHA 480x640.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ needs_libero = pytest.mark.skipif(_libero_assets() is None, reason="needs hf-lib
 
 SUITE = "libero_spatial"  # task 0: pick up the black bowl between the plate and the ramekin
 ALOHA_TASK = "AlohaTransferCube-v0"
-ENV_STEPS = 10  # LIBERO renders two 256x256 cameras at ~6 steps/s here
+ENV_STEPS = 10  # LIBERO renders two 256x256 cameras at ~6 steps/s here (360x360: about half that)
 ALOHA_STEPS = 20
 EPISODES = 2
 LENGTH = 12
@@ -168,9 +168,9 @@ def test_libero_env_equals_lerobots_step_for_step(suite: str) -> None:
     from lerobot.policies.act.configuration_act import ACTConfig
     from lerobot.processor.env_processor import LiberoProcessorStep
 
-    # the image size named for both: 0.6 renders 360x360 by default, 0.4.4 and rollbench 256x256
-    cfg = LiberoEnv(task=suite, task_ids=[0], episode_length=ENV_STEPS + 1,
-                    observation_height=bench.observation_height, observation_width=bench.observation_width)
+    # both tools' defaults, which agree on either line (0.6: 360x360 at 20 fps; 0.4.4: 256x256 at 30)
+    cfg = LiberoEnv(task=suite, task_ids=[0], episode_length=ENV_STEPS + 1)
+    assert type(bench).fps == cfg.fps
     their_pre, _ = make_env_pre_post_processors(cfg, ACTConfig(device="cpu"))
     assert [type(s) for s in their_pre.steps] == [LiberoProcessorStep]
     theirs = make_env(cfg, n_envs=1)[suite][0]  # a SyncVectorEnv, as lerobot-eval makes it

@@ -1,4 +1,7 @@
-"""A tiny random-init GR00T N1.5 checkpoint (LeRobot's `groot` policy), built without the Hugging Face hub.
+"""A tiny random-init GR00T N1.5 checkpoint (LeRobot 0.4.4's `groot` policy), built without the Hugging Face hub.
+
+With LeRobot 0.6, whose `groot` is GR00T N1.7, `make_groot_checkpoint` builds a tiny N1.7 instead
+(tests/vla_groot17.py) and `lerobot_home` does nothing: the tests run the same on both lines.
 
 LeRobot 0.4.4's GR00T is not built from its own config alone: `GrootPolicy` always loads a saved
 `GR00TN15` from `base_model_path` (also when it loads a fine-tuned checkpoint, whose weights then
@@ -111,7 +114,9 @@ def lerobot_home(home: Path) -> Iterator[None]:
     They copied `HF_LEROBOT_HOME` from `lerobot.utils.constants` at import, so setting the
     environment variable now would not reach them.
     """
-    skip_unless_groot_n15()
+    if not installed_is_n15():  # N1.7 reads nothing from HF_LEROBOT_HOME
+        yield
+        return
     from lerobot.policies.groot import groot_n1, processor_groot
 
     with mock.patch.object(groot_n1, "HF_LEROBOT_HOME", home), mock.patch.object(
@@ -263,15 +268,11 @@ def make_tiny_gr00t(path: Path, home: Path, seed: int, max_state_dim: int, max_a
     return path
 
 
-def skip_unless_groot_n15() -> None:
-    """Skip the calling test where the installed LeRobot's `groot` is not GR00T N1.5 (0.6: N1.7)."""
+def installed_is_n15() -> bool:
+    """Whether the installed LeRobot's `groot` is GR00T N1.5 (0.4.4); 0.6's is N1.7 (tests/vla_groot17.py)."""
     import importlib.util
 
-    if importlib.util.find_spec("lerobot.policies.groot.groot_n1") is None:
-        import pytest
-
-        pytest.skip("this LeRobot's `groot` is GR00T N1.7 (0.6 refuses N1.5 checkpoints); a tiny N1.7 checkpoint "
-                    "is not built by the tests yet (docs/lerobot.md, the policy table)")
+    return importlib.util.find_spec("lerobot.policies.groot.groot_n1") is not None
 
 
 def make_groot_checkpoint(out: Path, benchmark: BenchmarkConfig, home: Path, seed: int = 0, **overrides: Any) -> Path:
@@ -283,7 +284,10 @@ def make_groot_checkpoint(out: Path, benchmark: BenchmarkConfig, home: Path, see
     executed; `use_bf16=False` keeps the model in float32 on a CPU; `overrides` replace any
     `GrootConfig` field (`max_state_dim` and `max_action_dim` also size the base model).
     """
-    skip_unless_groot_n15()
+    if not installed_is_n15():  # LeRobot 0.6: the installed `groot` is N1.7
+        from vla_groot17 import make_groot17_checkpoint
+
+        return make_groot17_checkpoint(out, benchmark, home, seed, **overrides)
     from lerobot.policies.factory import get_policy_class, make_policy_config
 
     inputs, outputs = policy_features(benchmark)

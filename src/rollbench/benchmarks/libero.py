@@ -64,6 +64,7 @@ from rollbench.config.env import (
 )
 from rollbench.config.fields import opt
 from rollbench.errors import BenchmarkUnavailable, ConfigError, unknown_choice
+from rollbench.lerobot_line import before_0_5
 
 #: suite -> (number of tasks, LeRobot's step limit: the longest training demo plus a margin)
 SUITES: dict[str, tuple[int, int]] = {
@@ -361,13 +362,19 @@ def _parse_ids(raw: Any) -> tuple[int, ...] | None:
     return tuple(sorted(set(ids)))
 
 
+#: LeRobot's LiberoEnv defaults, which rollbench's follow (the installed LeRobot's; without it,
+#: 0.6's): 0.6 renders the 360x360 its config names and labels episodes 20 fps, the simulation's
+#: control rate (#4124); 0.4.4's config said 360 but its env rendered 256x256, labelled 30 fps
+IMAGE_SIZE, FPS = (256, 30) if before_0_5() else (360, 20)
+
+
 @register_benchmark("libero")
 @dataclass(frozen=True)
 class LiberoConfig(BenchmarkConfig):
     """LIBERO language-conditioned manipulation suites (hf-libero, robosuite)."""
 
     extra = "libero"
-    fps = 30  # LeRobot's LiberoEnv (the simulation runs at 20 Hz)
+    fps = FPS  # LeRobot's LiberoEnv's (the simulation runs at 20 Hz)
     uses_episode_index = True  # episode i starts from initial state i % 50
 
     task: str = opt("libero_10", "suite(s): libero_spatial, libero_object, libero_goal, libero_10, libero_90, comma list")
@@ -382,8 +389,8 @@ class LiberoConfig(BenchmarkConfig):
     )
     init_states: bool = opt(True, "start every episode from one of the task's fixed initial states")
     control_mode: Literal["relative", "absolute"] = opt("relative", "end-effector actions as deltas or absolute poses")
-    observation_height: int = opt(256, "camera image height")
-    observation_width: int = opt(256, "camera image width")
+    observation_height: int = opt(IMAGE_SIZE, "camera image height (LeRobot's default: 360 in 0.6, 256 in 0.4.4)")
+    observation_width: int = opt(IMAGE_SIZE, "camera image width (LeRobot's default: 360 in 0.6, 256 in 0.4.4)")
     num_steps_wait: int = opt(10, "no-op steps after a reset, while objects settle")
     assets_dir: str | None = opt(None, f"LIBERO's assets folder (else ${ASSETS_ENV}, then installed copies)")
 

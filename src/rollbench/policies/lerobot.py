@@ -36,6 +36,7 @@ from rollbench import timeline
 from rollbench.config.env import ActionProcessor, BenchmarkConfig, ObsProcessor, identity
 from rollbench.config.policy import PolicyConfig
 from rollbench.errors import ConfigError, PolicyError, did_you_mean, error_line
+from rollbench.lerobot_line import before_0_5
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext
 from rollbench.policies.hub import REQUIRED_FILES, checkpoint_dir
 
@@ -51,8 +52,8 @@ INSTALL_HINT = "see docs/lerobot.md (pip install --no-deps lerobot==0.4.4 -r con
 #:   queue per slot, and one torch generator per episode for the sampler's noise, so a row's
 #:   draws do not depend on which rows share its call.
 #: - "chunk" with per-row noise (SmolVLA, pi0, pi05 through `noise=`: `FLOW`; GR00T and X-VLA
-#:   drawn per row around the call: `ROW_NOISE`): the same queues. GR00T's queue holds the
-#:   tail of its chunk (`TAIL`), and a GR00T call holds one task's rows (`ONE_TASK_PER_CALL`).
+#:   drawn per row around the call: `ROW_NOISE`): the same queues. GR00T N1.5's queue holds the
+#:   tail of its chunk (`TAIL`), and an N1.5 call holds one task's rows (`ONE_TASK_PER_CALL`).
 #: Every other type runs in lockstep with the policy's own `select_action`, exactly as
 #: lerobot-eval runs it.
 PATHS = {
@@ -75,19 +76,23 @@ FLOW = {"smolvla", "pi0", "pi05"}
 #: after `torch.manual_seed(batch_seed([seed]))`.
 ROW_NOISE = {"groot", "xvla"}
 
+#: GR00T N1.5 (LeRobot 0.4.4's `groot`) plays the tail of its chunks and prompts every row of a
+#: call with the first row's task; N1.7 (0.6's) plays the head and formats each row's own task
+_GROOT_N15 = {"groot"} if before_0_5() else set()
+
 #: types whose `select_action` plays the last `n_action_steps` actions of each chunk (GR00T
-#: extends a queue of maxlen `n_action_steps` with its whole chunk), not the first
-TAIL = {"groot"}
+#: N1.5 extends a queue of maxlen `n_action_steps` with its whole chunk), not the first
+TAIL = _GROOT_N15
 
 #: policy types that bring their own env processors (LeRobot's `make_env_pre_post_processors`
 #: returns the policy's pipelines instead of the env's): `policies/lerobot_xvla.py`
 OWNS_ENV_PROCESSORS = {"xvla"}
 
-#: types whose processor reads one task for the whole batch (GR00T's tokenizes `task[0]` for
-#: every row): a call must not mix tasks. The chunk path calls the policy once per task among
+#: types whose processor reads one task for the whole batch (GR00T N1.5's tokenizes `task[0]`
+#: for every row): a call must not mix tasks. The chunk path calls the policy once per task among
 #: the rows whose queue ran dry; the lockstep path never mixes them (a batch is one task's
 #: envs), and the guard in `act` refuses any caller that would.
-ONE_TASK_PER_CALL = {"groot"}
+ONE_TASK_PER_CALL = set(_GROOT_N15)
 
 #: types that load without the rest of LeRobot's policies: their configuration module and
 #: their policy class by name, their processor pipelines from the checkpoint's files (what
