@@ -31,8 +31,13 @@ TESTS = Path(__file__).resolve().parent
 #: modules to two pytest processes (--dist loadscope), and one of these started last would
 #: run alone while the other process idles (longest first keeps both busy to the end)
 SLOW_FIRST = (
-    "test_lerobot_env_parity.py", "test_lerobot_vla.py", "test_lerobot_bridge.py", "test_lerobot_metaworld.py",
-    "test_libero.py", "test_lerobot.py", "test_ray.py",
+    "test_lerobot_env_parity.py",
+    "test_lerobot_vla.py",
+    "test_lerobot_bridge.py",
+    "test_lerobot_metaworld.py",
+    "test_libero.py",
+    "test_lerobot.py",
+    "test_ray.py",
 )
 
 
@@ -69,6 +74,28 @@ def cli(capsys: pytest.CaptureFixture[str]):
     return run
 
 
+def gl_backend() -> str:
+    """The GL backend a test renders with: $MUJOCO_GL if set, else what rollbench's auto picks."""
+    from rollbench.rendering import choose_backend
+
+    return os.environ.get("MUJOCO_GL") or choose_backend("auto")
+
+
+def gl_in_this_process() -> str:
+    """Set the GL backend before a test builds a rendering env in the pytest process.
+
+    MuJoCo's and dm_control's bindings read MUJOCO_GL once, at their first import, and keep
+    it: one test that builds (say) a gym-aloha env first, with MUJOCO_GL unset, leaves every
+    later in-process render in that xdist worker on glfw, which fails headless ("Default
+    framebuffer is not complete"). Every test that renders in this process calls this first.
+    """
+    from rollbench.rendering import apply_backend
+
+    backend = gl_backend()
+    apply_backend(backend)
+    return backend
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -80,7 +107,11 @@ def run_subprocess(*args: str, timeout: float = 300, **env: str) -> CliResult:
     """Run `python -m rollbench ARGS` as a real process (tests/ on PYTHONPATH for plugins)."""
     proc = subprocess.run(
         [sys.executable, "-m", "rollbench", *_quiet(args)],
-        capture_output=True, text=True, timeout=timeout, env=subprocess_env(**env), cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=subprocess_env(**env),
+        cwd=REPO,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
@@ -97,6 +128,10 @@ def per_episode(output_dir: str | Path) -> dict[tuple[str, int, int], tuple[Any,
         m = task["metrics"]
         for i, ep in enumerate(m["episode_ix"]):
             out[(task["task_group"], task["task_id"], ep)] = (
-                m["successes"][i], m["sum_rewards"][i], m["max_rewards"][i], m["n_steps"][i], m["seeds"][i],
+                m["successes"][i],
+                m["sum_rewards"][i],
+                m["max_rewards"][i],
+                m["n_steps"][i],
+                m["seeds"][i],
             )
     return out

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -44,10 +43,9 @@ pytest.importorskip("scipy")
 
 from scipy import stats
 
-from conftest import load_info, run_subprocess, subprocess_env
+from conftest import gl_backend, gl_in_this_process, load_info, run_subprocess, subprocess_env
 from lerobot_helpers import capped_lerobot_eval, make_steered_checkpoint
 from rollbench.benchmarks.metaworld import MetaWorldConfig
-from rollbench.rendering import apply_backend, choose_backend
 from rollbench.results.summary import wilson
 
 pytestmark = [
@@ -71,28 +69,39 @@ Sample = tuple[list[bool], list[float]]  # (successes, sum_rewards), in episode 
 
 def benchmark(task: str = TASK) -> MetaWorldConfig:
     return MetaWorldConfig(
-        task=task, obs_type="pixels_agent_pos", observation_width=SIZE, observation_height=SIZE, episode_length=LENGTH,
+        task=task,
+        obs_type="pixels_agent_pos",
+        observation_width=SIZE,
+        observation_height=SIZE,
+        episode_length=LENGTH,
     )
-
-
-def gl_backend() -> str:
-    return os.environ.get("MUJOCO_GL") or choose_backend("auto")
 
 
 @pytest.fixture(scope="module")
 def steered_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    apply_backend(gl_backend())  # it renders in this process, as an in-process rollbench run would
+    gl_in_this_process()  # it renders in this process, as an in-process rollbench run would
     return make_steered_checkpoint(tmp_path_factory.mktemp("ckpt") / "act", benchmark(), **STEER)
 
 
 def lerobot_eval(ckpt: Path, out: Path) -> Sample:
     proc = subprocess.run(
         capped_lerobot_eval(
-            LENGTH, False, f"--policy.path={ckpt}", "--policy.device=cpu", "--eval.use_async_envs=false", "--env.type=metaworld",
+            LENGTH,
+            False,
+            f"--policy.path={ckpt}",
+            "--policy.device=cpu",
+            "--eval.use_async_envs=false",
+            "--env.type=metaworld",
             f"--env.task={TASK}",
-            f"--eval.n_episodes={EPISODES}", "--eval.batch_size=2", f"--seed={SEED}", f"--output_dir={out}",
+            f"--eval.n_episodes={EPISODES}",
+            "--eval.batch_size=2",
+            f"--seed={SEED}",
+            f"--output_dir={out}",
         ),
-        capture_output=True, text=True, timeout=600, env=subprocess_env(MUJOCO_GL=gl_backend()),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=subprocess_env(MUJOCO_GL=gl_backend()),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (task,) = json.loads((out / "eval_info.json").read_text())["per_task"]
@@ -101,10 +110,21 @@ def lerobot_eval(ckpt: Path, out: Path) -> Sample:
 
 def rollbench_eval(ckpt: Path, out: Path, *flags: str, task: str = TASK, **env: str) -> Sample:
     res = run_subprocess(
-        "eval", "--env.type=metaworld", f"--env.task={task}", "--env.obs_type=pixels_agent_pos",
-        f"--env.observation_width={SIZE}", f"--env.observation_height={SIZE}", f"--env.episode_length={LENGTH}",
-        "--policy.type=lerobot", f"--policy.path={ckpt}", f"--eval.n_episodes={EPISODES}", f"--seed={SEED}",
-        f"--output_dir={out}", *flags, timeout=600, **env,
+        "eval",
+        "--env.type=metaworld",
+        f"--env.task={task}",
+        "--env.obs_type=pixels_agent_pos",
+        f"--env.observation_width={SIZE}",
+        f"--env.observation_height={SIZE}",
+        f"--env.episode_length={LENGTH}",
+        "--policy.type=lerobot",
+        f"--policy.path={ckpt}",
+        f"--eval.n_episodes={EPISODES}",
+        f"--seed={SEED}",
+        f"--output_dir={out}",
+        *flags,
+        timeout=600,
+        **env,
     )
     assert res.rc == 0, res.err[-3000:]
     (result,) = load_info(out)["per_task"]
@@ -123,7 +143,9 @@ def disagreements(theirs: Sample, ours: Sample) -> list[str]:
         problems.append(f"success {rate:.2f} outside lerobot-eval's Wilson 95% [{interval[0]:.2f}, {interval[1]:.2f}]")
     p = stats.ks_2samp(our_sums, their_sums).pvalue
     if p < ALPHA:
-        problems.append(f"sum_reward KS p={p:.2g} < {ALPHA}: ours {sorted(our_sums)}, lerobot-eval's {sorted(their_sums)}")
+        problems.append(
+            f"sum_reward KS p={p:.2g} < {ALPHA}: ours {sorted(our_sums)}, lerobot-eval's {sorted(their_sums)}"
+        )
     return problems
 
 
@@ -165,7 +187,7 @@ def test_env_equals_lerobots_metaworld_env_given_the_same_goals() -> None:
     """rollbench's MetaWorld env == LeRobot's `MetaworldEnv` when both draw goals from one seed:
     LeRobot 0.6's does so by itself (its reset seeds the goals, LeRobot #3727), 0.4.4's after
     the two lines below."""
-    apply_backend(gl_backend())
+    gl_in_this_process()
     from lerobot.envs.metaworld import MetaworldEnv
 
     ours = benchmark().make_task_env(TASK)
