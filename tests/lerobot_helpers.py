@@ -42,6 +42,49 @@ def capped_lerobot_eval(max_steps: int, videos: bool, *flags: str) -> list[str]:
     return [sys.executable, "-c", _CAPPED_LEROBOT_EVAL, str(max_steps), "1" if videos else "0", *flags]
 
 
+def lerobot_eval_pusht(
+    ckpt: Path,
+    out: Path,
+    *,
+    episodes: int,
+    length: int,
+    seed: int,
+    batch_size: int,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+) -> list[tuple[bool, float, float]]:
+    """Per-episode (success, sum_reward, max_reward) of `lerobot-eval` on PushT with sync envs
+    (0.6 defaults to async ones, which crash on PushT); episode i has seed `seed + i`."""
+    import json
+    import os
+    import subprocess
+
+    tests = str(Path(__file__).resolve().parent)
+    base = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH", "")) if p)}
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("lerobot-eval")),
+            f"--policy.path={ckpt}",
+            "--policy.device=cpu",
+            "--eval.use_async_envs=false",
+            "--env.type=pusht",
+            f"--env.episode_length={length}",
+            f"--eval.n_episodes={episodes}",
+            f"--eval.batch_size={batch_size}",
+            f"--seed={seed}",
+            f"--output_dir={out}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**base, **(env or {})},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (task,) = json.loads((out / "eval_info.json").read_text())["per_task"]
+    m = task["metrics"]
+    return list(zip(m["successes"], m["sum_rewards"], m["max_rewards"], strict=True))
+
+
 def policy_features(benchmark: BenchmarkConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     """(input_features, output_features) in LeRobot's types, images channel-first."""
     from lerobot.configs.types import FeatureType, PolicyFeature

@@ -10,8 +10,6 @@ import copy
 import json
 import math
 import shutil
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,7 +20,7 @@ pytest.importorskip("lerobot")
 pytest.importorskip("gym_pusht")
 
 from conftest import load_info, per_episode, run_subprocess
-from lerobot_helpers import make_adapter, make_checkpoint
+from lerobot_helpers import lerobot_eval_pusht, make_adapter, make_checkpoint
 from rollbench.benchmarks.pusht import PushTConfig
 from rollbench.policies.base import EpisodeStart
 
@@ -31,7 +29,6 @@ pytestmark = [pytest.mark.lerobot, pytest.mark.pusht]
 EPISODES = 4
 LENGTH = 30
 SEED = 1000
-LEROBOT_EVAL = str(Path(sys.executable).with_name("lerobot-eval"))
 # Every lerobot-eval command of the tests passes --eval.use_async_envs=false (0.4.4's default):
 # 0.6 defaults to async envs, which crash by themselves on PushT (`NamespaceNotFound: gym_pusht`,
 # the forkserver children never import gym_pusht) and with SmolVLA (`TimeLimit has no attribute
@@ -59,27 +56,7 @@ def rollbench_args(ckpt: Path, out: Path, *extra: str) -> list[str]:
 
 def lerobot_eval(ckpt: Path, out: Path, batch_size: int) -> list[tuple[bool, float, float]]:
     """Per-episode (success, sum_reward, max_reward) from `lerobot-eval`; episode i has seed SEED + i."""
-    proc = subprocess.run(
-        [
-            LEROBOT_EVAL,
-            f"--policy.path={ckpt}",
-            "--policy.device=cpu",
-            "--eval.use_async_envs=false",
-            "--env.type=pusht",
-            f"--env.episode_length={LENGTH}",
-            f"--eval.n_episodes={EPISODES}",
-            f"--eval.batch_size={batch_size}",
-            f"--seed={SEED}",
-            f"--output_dir={out}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (task,) = json.loads((out / "eval_info.json").read_text())["per_task"]
-    m = task["metrics"]
-    return list(zip(m["successes"], m["sum_rewards"], m["max_rewards"], strict=True))
+    return lerobot_eval_pusht(ckpt, out, episodes=EPISODES, length=LENGTH, seed=SEED, batch_size=batch_size)
 
 
 def ours(out: Path) -> list[tuple[bool, float, float]]:

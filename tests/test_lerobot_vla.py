@@ -23,13 +23,13 @@ pytest.importorskip("gym_pusht")
 pytest.importorskip("num2words", reason="SmolVLM's processor needs num2words: make install-dev installs it")
 
 from conftest import gl_in_this_process, load_info, per_episode, run_subprocess, subprocess_env
+from lerobot_helpers import lerobot_eval_pusht
 from rollbench.benchmarks.pusht import PushTConfig
 from vla_helpers import make_smolvla_checkpoint
 
 pytestmark = [pytest.mark.lerobot, pytest.mark.pusht]
 
 EPISODES, LENGTH, SEED = 4, 25, 1000
-LEROBOT_EVAL = str(Path(sys.executable).with_name("lerobot-eval"))
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 Episode = tuple[bool, float, float]
@@ -87,28 +87,9 @@ def read_actions(path: Path) -> Actions:
 
 
 def lerobot_eval(ckpt: Path, out: Path, batch_size: int, env: dict[str, str]) -> list[Episode]:
-    proc = subprocess.run(
-        [
-            LEROBOT_EVAL,
-            f"--policy.path={ckpt}",
-            "--policy.device=cpu",
-            "--eval.use_async_envs=false",
-            "--env.type=pusht",
-            f"--env.episode_length={LENGTH}",
-            f"--eval.n_episodes={EPISODES}",
-            f"--eval.batch_size={batch_size}",
-            f"--seed={SEED}",
-            f"--output_dir={out}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**subprocess_env(), **env},
+    return lerobot_eval_pusht(
+        ckpt, out, episodes=EPISODES, length=LENGTH, seed=SEED, batch_size=batch_size, env=env, timeout=900
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (task,) = json.loads((out / "eval_info.json").read_text())["per_task"]
-    m = task["metrics"]
-    return list(zip(m["successes"], m["sum_rewards"], m["max_rewards"], strict=True))
 
 
 def rollbench(ckpt: Path, out: Path, *extra: str, env: dict[str, str] | None = None) -> list[Episode]:

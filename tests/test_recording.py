@@ -272,8 +272,7 @@ def test_a_recording_root_that_cannot_take_the_dataset_is_refused_before_any_epi
 ) -> None:
     """The joined dataset replaces --eval.recording_root at the end of the run: a root that is a
     file, holds someone's files or is the run's own directory stops the run in one line before
-    anything runs, and nothing of the user's is touched (an unwritable one too: not testable as
-    root, which CI is)."""
+    anything runs, and nothing of the user's is touched (an unwritable one: the next test)."""
     out = tmp_path / "run"
     root = {"a file": tmp_path / "f", "a folder with files": tmp_path / "mine", "the run directory": out}[where]
     if where == "a file":
@@ -290,6 +289,32 @@ def test_a_recording_root_that_cannot_take_the_dataset_is_refused_before_any_epi
         assert root.read_text() == "keep me"
     if where == "a folder with files":
         assert (root / "notes.txt").read_text() == "keep me"
+
+
+def test_an_unwritable_recording_root_is_refused_before_any_episode(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A root under a folder this user cannot write stops the run in one line that names the
+    flag and the folder. CI runs as root, for whom every folder is writable: there the
+    permission check itself (os.access, the OS's edge) answers "no" for that folder."""
+    import os
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    if os.geteuid() != 0:
+        locked.chmod(0o555)
+    else:
+        real = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != locked and real(p, mode, **kw))
+    out = tmp_path / "run"
+    try:
+        res = cli(*FAKE, f"--eval.recording_root={locked / 'ds'}", f"--output_dir={out}")
+    finally:
+        locked.chmod(0o755)
+    errors = [ln for ln in res.err.splitlines() if ln.startswith("rollbench: error:")]
+    assert res.rc == 2 and len(errors) == 1 and "Traceback" not in res.err, res.err
+    assert "--eval.recording_root" in errors[0] and f"{locked} is not writable" in errors[0]
+    assert not (out / "episodes").exists()
 
 
 def test_a_recording_root_of_this_run_is_taken_again_on_rerun(tmp_path: Path) -> None:

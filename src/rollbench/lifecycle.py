@@ -14,7 +14,6 @@ execute: it only closes. Nothing here prints: the CLI does, from the returned va
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -104,11 +103,10 @@ def _check_recording_root(cfg: RunConfig) -> None:
 
 def _this_run_s_dataset(output_dir: Path, root: Path) -> bool:
     """Whether `root` is the dataset an earlier close of this run wrote (its eval_info.json says so)."""
-    try:
-        info = json.loads((output_dir / "eval_info.json").read_text())
-        return Path(info["dataset"]["root"]).expanduser().resolve() == root
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
+    info = eval_info.read(output_dir) or {}
+    dataset = info.get("dataset")
+    recorded = dataset.get("root") if isinstance(dataset, dict) else None
+    return isinstance(recorded, str) and Path(recorded).expanduser().resolve() == root
 
 
 def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) -> Run:

@@ -9,6 +9,7 @@ processes, tune's prediction), each under a key of its own.
 
 from __future__ import annotations
 
+import json
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,3 +138,13 @@ def write(root: Path, info: EvalInfo) -> Path:
     path = root / EVAL_INFO
     write_json_atomic(path, info.to_json())
     return path
+
+
+def read(root: Path) -> dict[str, Any] | None:
+    """The `eval_info.json` an earlier close of the run in `root` wrote, or None if there is
+    none or it does not parse (`report` reads runs with its own, user-facing errors)."""
+    try:
+        info = json.loads((root / EVAL_INFO).read_text())
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
