@@ -118,9 +118,33 @@ def check_adaptive(out: Path, fixed: dict) -> dict:
         assert task["stop"]["reason"] == "ci_width"
         assert task["summary"]["n_episodes"] == want
     assert info["adaptive"]["episodes_saved"] == 180 - sum(fixed["stops"].values())
+    check_estimates(info, fixed)
     logged = [json.loads(line) for p in (out / "episodes").glob("*.jsonl") for line in p.read_text().splitlines()]
     assert len({(r["task_id"], r["episode_index"]) for r in logged}) == len(logged)  # each unit logged once
     return info
+
+
+def check_estimates(info: dict, fixed: dict) -> None:
+    """Each stopped task: the rule's exact interval (the fixed-n Wilson one kept beside it) and
+    unbiased rate; `overall`: the mean of those rates, not the pooled one (results/stopped.py)."""
+    from rollbench.results import stopped
+    from rollbench.results.summary import wilson
+
+    rates = []
+    for task in info["per_task"]:
+        key = (task["task_group"], task["task_id"])
+        outcomes = {k[2]: v[0] for k, v in fixed["prefix"].items() if (k[0], k[1]) == key}
+        est = stopped.task_estimate(RULE.ci_width, RULE.checkpoints(), outcomes, fixed["stops"][key])
+        assert est is not None
+        assert task["pc_success_ci95"] == task["summary"]["pc_success_ci95"] == [100 * est.ci[0], 100 * est.ci[1]]
+        assert task["stop"]["wilson_ci95"] == [100 * x for x in wilson(task["n_success"], task["n_episodes"])]
+        assert task["stop"]["pc_success_unbiased"] == 100 * est.rate
+        assert task["pc_success"] == 100 * task["n_success"] / task["n_episodes"]  # the prefix's, as LeRobot's
+        rates.append(est.rate)
+    overall = info["overall"]
+    assert overall["pc_success"] == pytest.approx(100 * sum(rates) / len(rates), abs=1e-9)
+    assert overall["pc_success_pooled"] == pytest.approx(100 * overall["n_success"] / overall["n_episodes"])
+    assert overall["pc_success_ci95"][0] <= overall["pc_success"] <= overall["pc_success_ci95"][1]
 
 
 @pytest.mark.parametrize(
@@ -199,6 +223,14 @@ def test_the_report_shows_how_each_interval_narrowed(tmp_path: Path) -> None:
     section = page[page.index("<h2>Adaptive stopping</h2>") : page.index("<h2>Episode lengths</h2>")]
     assert "of 180 episodes saved" in section and section.count("<svg") == 1
     assert all(name in section for name in ("near", "mid", "far"))
+    # the headline and the task table show what eval_info reports: the mean of the task rates,
+    # and each stopped task's exact interval, not the pooled rate and Wilson intervals
+    overall = load_info(tmp_path)["overall"]
+    lo, hi = overall["pc_success_ci95"]
+    assert f"{overall['pc_success']:.1f}%" in page and f"the mean of 3 task rates, 95% CI {lo:.1f}–{hi:.1f}" in page
+    for task in load_info(tmp_path)["per_task"]:
+        lo, hi = task["pc_success_ci95"]
+        assert f"{lo:.1f}–{hi:.1f}" in page
 
 
 @pytest.mark.metaworld

@@ -73,6 +73,7 @@ class Bar:
     name: str
     k: int
     n: int
+    ci: tuple[float, float] | None = None  # the run's own interval (a stopped task's exact one), else Wilson
 
 
 def success_bars(bars: Sequence[Bar]) -> str:
@@ -85,7 +86,7 @@ def success_bars(bars: Sequence[Bar]) -> str:
     with matplotlib.rc_context(_RC):
         ax = fig.add_subplot()
         rates = np.array([100 * b.k / b.n for b in shown])
-        cis = [wilson(b.k, b.n) or (0.0, 0.0) for b in shown]
+        cis = [b.ci or wilson(b.k, b.n) or (0.0, 0.0) for b in shown]
         err = np.array([[r - 100 * lo for r, (lo, _) in zip(rates, cis, strict=True)],
                         [100 * hi - r for r, (_, hi) in zip(rates, cis, strict=True)]])
         y = np.arange(len(shown))
@@ -95,7 +96,7 @@ def success_bars(bars: Sequence[Bar]) -> str:
         ax.set_yticks(y, labels)
         ax.set_ylim(-0.6, len(shown) - 0.4)
         ax.set_xlim(0, 100)
-        ax.set_xlabel("success % (whiskers: 95% Wilson interval)")
+        ax.set_xlabel("success % (whiskers: 95% interval)")
         ax.grid(axis="x", alpha=0.3)
     return to_svg(fig)
 

@@ -70,8 +70,13 @@ def _summary(run: Run) -> Iterator[str]:
     if status == "partial" or info.get("missing_units"):
         missing = len(info.get("missing_units") or [])
         yield f'<p class="warn">partial results: {missing} planned units missing, {failed} failed; rerun the same command to finish them.</p>'
+    headline = (_pct(k, n), f"success, 95% CI {_ci(k, n)} ({k}/{n})")
+    rate, ci = overall.get("pc_success"), overall.get("pc_success_ci95")
+    if "pc_success_pooled" in overall and isinstance(rate, (int, float)) and isinstance(ci, list):
+        # a stopped run: the mean of the tasks' unbiased rates, not the pooled one (docs/adaptive.md)
+        headline = (f"{rate:.1f}%", f"success, the mean of {len(tasks)} task rates, 95% CI {ci[0]:.1f}–{ci[1]:.1f} ({k}/{n} pooled)")
     items = [
-        (_pct(k, n), f"success, 95% CI {_ci(k, n)} ({k}/{n})"),
+        headline,
         (str(n), f"episodes over {len(tasks)} task{'s' * (len(tasks) != 1)}"),
         (str(failed), "failed units (crashes, not counted in success)"),
     ]
@@ -91,12 +96,13 @@ def _tasks(run: Run) -> Iterator[str]:
     tasks = list(run.tasks.values())
     yield "<h2>Success per task</h2>"
     if any(t.n for t in tasks):
-        yield plots.success_bars([plots.Bar(t.name, t.k, t.n) for t in tasks])
+        yield plots.success_bars([plots.Bar(t.name, t.k, t.n, t.ci95) for t in tasks])
     rows = []
     for t in sorted(tasks, key=lambda t: (t.k / t.n if t.n else -1, t.name)):
         steps = [e.n_steps for e in t.episodes if e.n_steps is not None]
         mean = f"{sum(steps) / len(steps):.1f}" if steps else "-"
-        rows.append((t.name, t.n, _pct(t.k, t.n), _ci(t.k, t.n), mean, t.n_failed))
+        ci = _ci(t.k, t.n) if t.ci95 is None else f"{100 * t.ci95[0]:.1f}–{100 * t.ci95[1]:.1f}"
+        rows.append((t.name, t.n, _pct(t.k, t.n), ci, mean, t.n_failed))
     yield table(("task", "episodes", "success", "95% CI", "mean length", "failed"), rows)
 
 

@@ -37,6 +37,9 @@ class TaskResult:
     name: str  # the task's name where recorded (rollbench), else "group/id"
     episodes: tuple[Episode, ...]
     n_failed: int  # units that crashed (not policy failures; not in the episodes)
+    #: the run's own 95% interval (fractions) where it is not the Wilson interval of k of n:
+    #: a task stopped by --eval.ci_width reports the rule's exact one (results/stopped.py)
+    ci95: tuple[float, float] | None = None
 
     @property
     def k(self) -> int:
@@ -136,6 +139,13 @@ def _episodes(root: Path, metrics: dict[str, Any], seed_start: int | None) -> tu
     )
 
 
+def _rule_aware_ci(task: dict[str, Any]) -> tuple[float, float] | None:
+    stop, ci = task.get("stop"), task.get("pc_success_ci95")
+    if not isinstance(stop, dict) or stop.get("wilson_ci95") is None or not isinstance(ci, list) or len(ci) != 2:
+        return None
+    return float(ci[0]) / 100, float(ci[1]) / 100
+
+
 def load_run(arg: str, what: str, seed_start: int | None = None) -> Run:
     """Read a run from an output directory or an eval_info.json; `what` names the argument
     in errors. `seed_start` gives seeds to a file that records none (lerobot-eval)."""
@@ -159,7 +169,7 @@ def load_run(arg: str, what: str, seed_start: int | None = None) -> Run:
             metrics = t["metrics"]
             name = str(t.get("task") or f"{key[0]}/{key[1]}")
             failed = len(t.get("failed") or [])
-            tasks[key] = TaskResult(key, name, _episodes(path.parent, metrics, seed_start), failed)
+            tasks[key] = TaskResult(key, name, _episodes(path.parent, metrics, seed_start), failed, _rule_aware_ci(t))
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"{what}={arg!r}: a per_task entry of {path} lacks task_group, task_id or metrics ({err!r})") from None
     return Run(path, info, tasks)

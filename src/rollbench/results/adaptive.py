@@ -18,9 +18,9 @@ finished for the prefix but gives no datum, as in the rates.
 The rule is not part of a run's identity (it changes no episode): a finished run resumed
 with a smaller `--eval.ci_width` runs only the episodes the tighter target needs.
 
-A caveat said in docs/adaptive.md: the interval reported is the fixed-n Wilson interval
-of the prefix. Stopping on its width (not on the rate) barely moves its coverage, but the
-rule stops earlier at rates near 0 or 1, where intervals are narrow.
+What the numbers of a stopped task mean: the rule stops early on prefixes that look extreme,
+so the prefix's k/n is biased and its fixed-n Wilson interval under-covers; results/stopped.py
+gives the rule-aware unbiased rate and exact interval that eval_info reports.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollbench.results import adaptive
+from rollbench.results import adaptive, stopped
 from rollbench.results.merge import Merged
 from rollbench.results.store import EVAL_INFO, write_json_atomic
 from rollbench.results.summary import busy_seconds, seed_results
@@ -122,6 +122,8 @@ def _adaptive_body(
     eval_s = busy_seconds(list(merged.records.values()))  # episodes past a stop took time too
     body["overall"]["eval_s"] = eval_s
     body["overall"]["eval_ep_s"] = eval_s / max(1, body["overall"]["n_episodes"])
+    if isinstance(rule, adaptive.StopRule):
+        _rule_aware(rule, applied, body)
     stops = applied.stops.values()
     body["adaptive"] = {
         **rule.to_json(),
@@ -132,6 +134,41 @@ def _adaptive_body(
         "episodes_ran_past_stop": sum(applied.past_stop.values()),
     }
     return body
+
+
+def _rule_aware(rule: adaptive.StopRule, applied: adaptive.Applied, body: dict[str, Any]) -> None:
+    """--eval.ci_width: each stopped task's interval is the rule's exact one (the fixed-n Wilson
+    interval stays as `stop.wilson_ci95`), with the rule's unbiased rate beside the prefix's; a
+    group's and the run's rate is the mean of their tasks' unbiased rates, with its standard
+    error (pooling would weigh the tasks that ran longer more: results/stopped.py)."""
+    outcomes: dict[tuple[str, int], dict[int, bool | None]] = {}
+    for rec in applied.merged.records.values():
+        outcomes.setdefault((rec.task_group, rec.task_id), {})[rec.episode_index] = rec.success if rec.ok else None
+    by_group: dict[str, list[stopped.TaskEstimate]] = {}
+    for entry in body["per_task"]:
+        key = (entry["task_group"], entry["task_id"])
+        stop = applied.stops[key]
+        est = None
+        if stop.n_episodes is not None:
+            est = stopped.task_estimate(rule.ci_width, rule.checkpoints(), outcomes.get(key, {}), stop.n_episodes)
+        if est is None:
+            est = stopped.fixed_estimate(entry["n_success"], entry["n_episodes"])
+        else:
+            entry["stop"]["wilson_ci95"] = entry["pc_success_ci95"]
+            entry["stop"]["pc_success_unbiased"] = 100.0 * est.rate
+            entry["pc_success_ci95"] = entry["summary"]["pc_success_ci95"] = [100.0 * est.ci[0], 100.0 * est.ci[1]]
+        if est is not None:
+            by_group.setdefault(entry["task_group"], []).append(est)
+    everything = [t for ts in by_group.values() for t in ts]
+    for where, tasks in [*((body["per_group"].get(g), ts) for g, ts in by_group.items()), (body["overall"], everything)]:
+        if where is None or not tasks:
+            continue
+        mean, se, ci = stopped.mean_of_rates(tasks)
+        where["pc_success_pooled"] = where["pc_success"]
+        where["pc_success"] = 100.0 * mean
+        where["pc_success_se"] = 100.0 * se
+        where["pc_success_ci95"] = [100.0 * ci[0], 100.0 * ci[1]]
+        where["pc_success_of"] = f"the mean of {len(tasks)} tasks' unbiased rates"
 
 
 def write(root: Path, info: EvalInfo) -> Path:

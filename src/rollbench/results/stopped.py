@@ -1,0 +1,283 @@
+"""What a task's episodes say once `--eval.ci_width` stopped it: estimates that know the rule.
+
+A task run until its Wilson interval is narrow enough stops early on prefixes whose rate
+looks extreme, so the rate of the prefix (k/n) is pushed toward 0 or 1 (up to 1.5 points at
+p = 0.1, W = 0.2, 100 at most) and the fixed-n Wilson interval covers as little as 90.5%.
+Both are mended here with the exact distribution of where the rule stops:
+
+    the rule (width W, a look every `block` episodes, at most `max_episodes`)
+        ──▶ Sampling: the data counted at each look (failed units give none)
+        ──▶ distribution(p): P_p(stop at look j with k successes), by dynamic programming
+              over looks, for a whole vector of p at once
+        ├──▶ unbiased(): the Rao-Blackwell estimate E[first datum | stop point] =
+        │      P_p(first datum succeeds, stop there) / P_p(stop there), free of p;
+        │      exactly unbiased, so a mean of tasks' estimates is too
+        └──▶ interval(): the exact interval of the stop point, by inverting the rule's own
+               distribution of k/n: every p whose two tails at the observed rate both
+               exceed α/2. A test inversion: coverage >= 1 - α for every p, by construction
+
+The mean of per-task rates (`overall`, `per_group` of a stopped run) gets its standard
+error from each task's exact variance under the rule, at a shrunk rate ((k + 1)/(n + 2):
+a task at 0/10 has no spread at its own estimate, but its rate is not known to be 0).
+
+Failed units (a crashed worker, after its retries) count as finished for the prefix but
+give no datum: the looks up to the stop have the data counts the run had; looks past the
+stop, never reached, are taken as fully counted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from rollbench.results.summary import Z95, wilson
+
+ALPHA = 0.05
+#: p's at which the tails are first evaluated before each interval endpoint is refined
+_GRID = 401
+_BISECT = 30  # halvings of the refinement: 2**-30 of a grid cell
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The rule as the data saw it: at look j, `looks[j]` data have been counted; the task
+    stops at the first look whose Wilson interval is at most `width` wide, or at the last."""
+
+    width: float
+    looks: tuple[int, ...]  # cumulative data counts, non-decreasing; the last look always stops
+
+    def stops_at(self, j: int, k: int) -> bool:
+        n = self.looks[j]
+        if j == len(self.looks) - 1:
+            return True
+        ci = wilson(k, n, Z95)
+        return ci is not None and ci[1] - ci[0] <= self.width
+
+
+def sampling(width: float, checkpoints: Sequence[int], data_at: Sequence[int]) -> Sampling:
+    """The rule's looks (`checkpoints`: episode counts) with the data counted at the looks the
+    run reached (`data_at`, one per reached look); later looks add whole blocks of data."""
+    looks = list(data_at)
+    for j in range(len(data_at), len(checkpoints)):
+        prev_cp = checkpoints[j - 1] if j else 0
+        looks.append((looks[-1] if looks else 0) + checkpoints[j] - prev_cp)
+    return Sampling(width, tuple(looks))
+
+
+@dataclass(frozen=True)
+class _Points:
+    looks: np.ndarray  # the look of each stop point
+    n: np.ndarray  # its data count
+    k: np.ndarray  # its successes
+    at_look: tuple[tuple[np.ndarray, np.ndarray], ...]  # per look: (the k's that stop, their point ids)
+
+
+@lru_cache(maxsize=64)
+def _points(s: Sampling) -> _Points:
+    """Every (look, k) the rule can stop at, in a fixed order."""
+    looks: list[int] = []
+    ns: list[int] = []
+    ks: list[int] = []
+    at_look = []
+    running = np.array([True])  # k's a path still running can hold
+    prev = 0
+    for j, n in enumerate(s.looks):
+        reach = np.zeros(n + 1, dtype=bool)
+        for d in range(n - prev + 1):
+            reach[d : d + len(running)] |= running
+        stop_k = [k for k in np.flatnonzero(reach) if s.stops_at(j, int(k))]
+        running = reach.copy()
+        running[stop_k] = False
+        ids = np.arange(len(ks), len(ks) + len(stop_k))
+        looks += [j] * len(stop_k)
+        ns += [n] * len(stop_k)
+        ks += [int(k) for k in stop_k]
+        at_look.append((np.array(stop_k, dtype=int), ids))
+        prev = n
+    return _Points(np.array(looks), np.array(ns), np.array(ks), tuple(at_look))
+
+
+def _binom_pmf(m: int, p: np.ndarray) -> np.ndarray:
+    """pmf of Binomial(m, p) for each p: shape (len(p), m + 1)."""
+    j = np.arange(m + 1)
+    logc = np.array([math.lgamma(m + 1) - math.lgamma(i + 1) - math.lgamma(m - i + 1) for i in j])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logp = np.where(j > 0, j * np.log(p[:, None]), 0.0) + np.where(m - j > 0, (m - j) * np.log1p(-p[:, None]), 0.0)
+    return np.exp(logc + logp)
+
+
+def distribution(s: Sampling, p: np.ndarray | float, first_success: bool = False) -> np.ndarray:
+    """P_p(the rule stops at each of `_points(s)`): shape (len(p), points). With
+    `first_success`, the probability of that AND the first datum being a success."""
+    ps = np.atleast_1d(np.asarray(p, dtype=float))
+    pts = _points(s)
+    out = np.zeros((len(ps), len(pts.k)))
+    alive = np.zeros((len(ps), 1))
+    alive[:, 0] = 1.0
+    prev = 0
+    if first_success and s.looks[-1] > 0:
+        alive = np.zeros((len(ps), 2))
+        alive[:, 1] = ps  # one datum in, and it succeeded
+        prev = 1
+    for j, n in enumerate(s.looks):
+        m = n - prev
+        if m < 0:  # the first datum belongs to a later look
+            continue
+        pmf = _binom_pmf(m, ps)
+        new = np.zeros((len(ps), alive.shape[1] + m))
+        for d in range(m + 1):
+            new[:, d : d + alive.shape[1]] += alive * pmf[:, d : d + 1]
+        alive = new
+        stop_k, ids = pts.at_look[j]
+        out[:, ids] = alive[:, stop_k]
+        alive[:, stop_k] = 0.0
+        prev = n
+    return out
+
+
+def _observed(s: Sampling, look: int, k: int) -> int:
+    pts = _points(s)
+    hits = np.flatnonzero((pts.looks == look) & (pts.k == k))
+    if len(hits) != 1:
+        raise ValueError(f"the rule does not stop at look {look} with {k} successes")
+    return int(hits[0])
+
+
+def unbiased(s: Sampling, look: int, k: int) -> float:
+    """E[first datum | the rule stopped at (look, k)]: an unbiased estimate of p."""
+    n = s.looks[look]
+    if k == 0 or k == n:
+        return k / n if n else math.nan
+    p = np.array([k / n])  # the ratio is free of p; here both terms are far from underflow
+    i = _observed(s, look, k)
+    return float(distribution(s, p, first_success=True)[0, i] / distribution(s, p)[0, i])
+
+
+@lru_cache(maxsize=16)
+def unbiased_all(s: Sampling) -> np.ndarray:
+    """`unbiased` at every stop point (in `_points` order), each at its own rate."""
+    pts = _points(s)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = np.where(pts.n > 0, pts.k / np.maximum(pts.n, 1), 0.5)
+    p = np.clip(rate, 1e-6, 1 - 1e-6)
+    num = distribution(s, p, first_success=True)[np.arange(len(p)), np.arange(len(p))]
+    den = distribution(s, p)[np.arange(len(p)), np.arange(len(p))]
+    est = num / den
+    return np.where(pts.k == 0, 0.0, np.where(pts.k == pts.n, 1.0, est))
+
+
+def variance(s: Sampling, p: float) -> float:
+    """Var_p of the unbiased estimate under the rule."""
+    probs = distribution(s, np.array([p]))[0]
+    u = unbiased_all(s)
+    return float(max(0.0, np.sum(probs * u * u) - p * p))
+
+
+def _tails(s: Sampling, p: np.ndarray, rate: float) -> tuple[np.ndarray, np.ndarray]:
+    """P_p(k/n >= rate) and P_p(k/n <= rate) at the stop, for each p (ties in both)."""
+    pts = _points(s)
+    probs = distribution(s, p)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = np.where(pts.n > 0, pts.k / np.maximum(pts.n, 1), np.nan)
+    eps = 1e-12
+    return probs[:, t >= rate - eps].sum(axis=1), probs[:, t <= rate + eps].sum(axis=1)
+
+
+def interval(s: Sampling, look: int, k: int, alpha: float = ALPHA) -> tuple[float, float]:
+    """The exact (1 - alpha) interval of p given the rule stopped at (look, k): the hull of
+    {p : P_p(rate >= observed) > alpha/2 and P_p(rate <= observed) > alpha/2}."""
+    n = s.looks[look]
+    if n == 0:
+        return 0.0, 1.0
+    _observed(s, look, k)
+    rate = k / n
+
+    def inside(p: np.ndarray) -> np.ndarray:
+        upper, lower = _tails(s, p, rate)
+        return (upper > alpha / 2) & (lower > alpha / 2)
+
+    grid = np.linspace(0.0, 1.0, _GRID)
+    grid[0], grid[-1] = 1e-12, 1 - 1e-12
+    ok = inside(grid)
+    if not ok.any():  # cannot happen for an observed point; the whole range is then honest
+        return 0.0, 1.0
+    first, last = int(np.argmax(ok)), len(ok) - 1 - int(np.argmax(ok[::-1]))
+    lo = 0.0 if first == 0 else _edge(inside, grid[first - 1], grid[first])
+    hi = 1.0 if last == len(grid) - 1 else _edge(inside, grid[last + 1], grid[last])
+    return lo, hi
+
+
+def _edge(inside, out: float, into: float) -> float:  # type: ignore[no-untyped-def]
+    """Bisect between a p outside the set and one inside; the answer is on the outer side,
+    so the interval keeps every p of the set."""
+    for _ in range(_BISECT):
+        mid = (out + into) / 2
+        if inside(np.array([mid]))[0]:
+            into = mid
+        else:
+            out = mid
+    return float(out)
+
+
+def coverage(s: Sampling, ps: Sequence[float], alpha: float = ALPHA) -> np.ndarray:
+    """Exact coverage of `interval` at each p: the probability of the stop points whose
+    interval holds p."""
+    pts = _points(s)
+    bounds = np.array([interval(s, int(j), int(k), alpha) for j, k in zip(pts.looks, pts.k, strict=True)])
+    probs = distribution(s, np.asarray(ps, dtype=float))
+    p = np.asarray(ps, dtype=float)[:, None]
+    holds = (bounds[None, :, 0] <= p) & (p <= bounds[None, :, 1])
+    return (probs * holds).sum(axis=1)
+
+
+@dataclass(frozen=True)
+class TaskEstimate:
+    """One stopped task: the unbiased rate, its exact interval, and its variance for means."""
+
+    rate: float
+    ci: tuple[float, float]
+    variance: float
+
+
+def estimate(s: Sampling, look: int, k: int) -> TaskEstimate:
+    n = s.looks[look]
+    shrunk = (k + 1) / (n + 2)
+    return TaskEstimate(unbiased(s, look, k), interval(s, look, k), variance(s, shrunk))
+
+
+def mean_of_rates(tasks: Sequence[TaskEstimate]) -> tuple[float, float, tuple[float, float]]:
+    """(mean of the tasks' rates, its standard error, a 95% interval): each task weighs the
+    same however many episodes it ran; one task's interval is its own exact one."""
+    if len(tasks) == 1:
+        (t,) = tasks
+        return t.rate, math.sqrt(t.variance), t.ci
+    mean = sum(t.rate for t in tasks) / len(tasks)
+    se = math.sqrt(sum(t.variance for t in tasks)) / len(tasks)
+    return mean, se, (max(0.0, mean - Z95 * se), min(1.0, mean + Z95 * se))
+
+
+def task_estimate(
+    width: float, checkpoints: Sequence[int], outcomes: Mapping[int, bool | None], n_stop: int
+) -> TaskEstimate | None:
+    """The estimate of a task the `--eval.ci_width` rule stopped after its first `n_stop`
+    episodes (`outcomes`: episode index -> success, None for a failed unit); None when those
+    episodes hold no datum."""
+    reached = [cp for cp in checkpoints if cp <= n_stop]
+    data_at = [sum(outcomes.get(i) is not None for i in range(cp)) for cp in reached]
+    k = sum(bool(outcomes.get(i)) for i in range(n_stop))
+    if not reached or data_at[-1] == 0:
+        return None
+    return estimate(sampling(width, checkpoints, data_at), len(reached) - 1, k)
+
+
+def fixed_estimate(k: int, n: int) -> TaskEstimate | None:
+    """A task no rule has stopped (yet): its rate, Wilson interval and binomial variance."""
+    ci = wilson(k, n)
+    if ci is None:
+        return None
+    shrunk = (k + 1) / (n + 2)
+    return TaskEstimate(k / n, ci, shrunk * (1 - shrunk) / n)
