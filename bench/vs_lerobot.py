@@ -4,6 +4,7 @@
         [--modes continuous,lockstep,lerobot-eval] [--episodes N] [--batch-size B] [--repeats 3]
         [--episode-length L] [--device cpu|cuda] [--workers W] [--checkpoint DIR]
         [--rollbench-args "..."] [--lerobot-eval-args "..."] [--json PATH]
+        [--tasks N] [--no-videos] [--lerobot-eval-without-datasets] [--save-checkpoint DIR]
 
 Policies (random init, built offline by tests/lerobot_helpers.py and tests/vla_helpers.py, or
 `--checkpoint DIR`, whose type `--policy` then only names):
@@ -26,6 +27,9 @@ Workloads:
   here), so lerobot-eval runs with its rollout capped at the same length in its own process
   (`lerobot_helpers.capped_lerobot_eval`; nothing else changes).
 
+`--tasks N` runs MT10's first N tasks only. `--save-checkpoint DIR` builds the policy into DIR
+and exits (bench/gpu.sh builds each policy once, then passes `--checkpoint DIR` to every run).
+
 Modes (`--modes`, comma separated, run in that order within each repeat): `continuous` and
 `lockstep` are `rollbench eval --eval.mode=...` at rollbench's defaults otherwise (lockstep's
 batch is min(50, episodes per task), not lerobot-eval's `--batch-size`; `--workers` sets
@@ -45,7 +49,17 @@ finished envs included); `rows/net` the mean rows per network call (ACT's
 `predict_action_chunk`, Diffusion's `conditional_sample`, SmolVLA's `sample_actions`). Every
 mode films the first 10 episodes of every task, every step (lerobot-eval's 0.4.4 default;
 rollbench is given `--eval.max_episodes_rendered=10 --eval.video_fps=1000`, since its own
-defaults film less).
+defaults film less). `--no-videos` (mt10): no mode films (rollbench
+`--eval.max_episodes_rendered=0`; lerobot-eval's `max_episodes_rendered` set to 0 in its process).
+
+`--lerobot-eval-without-datasets`: LeRobot 0.6.1's lerobot-eval imports `LeRobotDataset` at
+module level, and `lerobot.datasets` requires HF `datasets` (with pandas) and PyAV to import,
+though an evaluation uses it only with `--eval.recording=true`. Where those are not installed
+(the GPU machine: their wheels do not fit what bench/gpu.sh may carry), lerobot-eval's process
+gets a stand-in `lerobot.datasets` whose `LeRobotDataset` raises if used; nothing an episode
+computes changes, and lerobot-eval's start-up loses those imports (~1-2 s), so its wall is, if
+anything, shorter than a full install's. The JSON says which (`lerobot_eval_datasets`).
+Episodes per hour are the run's episodes (tasks x episodes) over its wall, start-up included.
 
 Measured on 2 quiet CPU cores (2026-12-05, nothing else running; bench/gpu.sh is the GPU
 counterpart), median of 3, x lerobot-eval (continuous / lockstep): PushT Diffusion 1.19x /
@@ -67,6 +81,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -149,6 +164,35 @@ if os.environ.get("VS_LEROBOT_ROWS"):
 '''
 
 
+# Prepended to lerobot-eval's launcher under --lerobot-eval-without-datasets: a `lerobot.datasets`
+# that imports nothing (its submodules stay importable from the real directory) and a
+# `LeRobotDataset` that says what it needs if recording ever asks for it.
+DATASETS_STANDIN = """
+import importlib.util, sys, types
+from pathlib import Path
+if importlib.util.find_spec("datasets") is None or importlib.util.find_spec("av") is None:
+    import lerobot
+    _pkg = types.ModuleType("lerobot.datasets")
+    _pkg.__path__ = [str(Path(lerobot.__file__).parent / "datasets")]
+    _mod = types.ModuleType("lerobot.datasets.lerobot_dataset")
+    def _refuse(*args, **kwargs):
+        raise RuntimeError("bench/vs_lerobot.py --lerobot-eval-without-datasets: LeRobotDataset "
+                           "(--eval.recording) needs `pip install 'lerobot[dataset]'`")
+    _mod.LeRobotDataset = type("LeRobotDataset", (), {"__init__": _refuse, "create": staticmethod(_refuse)})
+    _pkg.lerobot_dataset = _mod
+    sys.modules.update({"lerobot.datasets": _pkg, "lerobot.datasets.lerobot_dataset": _mod})
+    lerobot.datasets = _pkg
+"""
+
+
+def script(name: str) -> str:
+    """A console script of this interpreter's environment, else the one on PATH (pip --target's bin/)."""
+    found = BIN / name if (BIN / name).exists() else shutil.which(name)
+    if not found:
+        raise SystemExit(f"vs_lerobot.py: no `{name}` beside {sys.executable} or on PATH: install it there")
+    return str(found)
+
+
 @dataclass(frozen=True)
 class Run:
     """One mode's run in one repeat."""
@@ -213,17 +257,21 @@ def commands(args: argparse.Namespace, ckpt: Path, out: Path) -> dict[str, list[
                 *args.lerobot_eval_args.split()]
     # film as lerobot-eval does (10 episodes per task, every step), not rollbench's cheaper defaults
     films = ["--eval.max_episodes_rendered=10", "--eval.video_fps=1000"]
+    if args.no_videos:
+        films = ["--eval.max_episodes_rendered=0"]
     workers = [f"--workers={args.workers}"] if args.workers else []
     if args.workload == "pusht":
         env = ["--env.type=pusht", f"--env.episode_length={args.episode_length}"]
-        le = [str(BIN / "lerobot-eval"), *env, *le_flags]
+        le = [script("lerobot-eval"), *env, *le_flags]
     else:
         from metaworld.env_dict import MT10_V3
 
         from lerobot_helpers import capped_lerobot_eval
 
-        tasks = "--env.task=" + ",".join(MT10_V3)  # LeRobot's MetaWorld knows no "mt10" group
-        le = capped_lerobot_eval(args.episode_length, True, "--env.type=metaworld", tasks, *le_flags)
+        tasks = "--env.task=" + ",".join(list(MT10_V3)[: args.tasks])  # LeRobot's MetaWorld knows no "mt10" group
+        le = capped_lerobot_eval(args.episode_length, not args.no_videos, "--env.type=metaworld", tasks, *le_flags)
+        if args.lerobot_eval_without_datasets:
+            le[2] = DATASETS_STANDIN + le[2]  # [python, "-c", launcher, ...]
         env = [
             "--env.type=metaworld", tasks, "--env.obs_type=pixels_agent_pos", "--env.observation_width=480",
             "--env.observation_height=480", f"--env.episode_length={args.episode_length}",
@@ -231,7 +279,7 @@ def commands(args: argparse.Namespace, ckpt: Path, out: Path) -> dict[str, list[
     cmds = {"lerobot-eval": le}
     for mode in ("continuous", "lockstep"):
         cmds[mode] = [
-            str(BIN / "rollbench"), "eval", "--policy.type=lerobot", f"--policy.path={ckpt}", *shared, *films, *workers, *env,
+            script("rollbench"), "eval", "--policy.type=lerobot", f"--policy.path={ckpt}", *shared, *films, *workers, *env,
             f"--eval.mode={mode}", f"--output_dir={out / mode}", *args.rollbench_args.split(),
         ]
     return {mode: cmds[mode] for mode in args.modes}
@@ -256,10 +304,12 @@ def run_repeat(args: argparse.Namespace, ckpt: Path, out: Path, env: dict[str, s
 def summarize(args: argparse.Namespace, ckpt: Path, repeats: list[dict[str, Run]]) -> dict[str, Any]:
     """Medians over repeats; ratios taken within each repeat (what --json writes)."""
     counted = {r.steps for rep in repeats for r in rep.values() if r.steps is not None}
-    n_tasks = 10 if args.workload == "mt10" else 1
+    n_tasks = args.tasks if args.workload == "mt10" else 1
     out: dict[str, Any] = {
         "workload": args.workload, "policy": args.policy, "checkpoint": str(ckpt), "device": args.device,
         "workers": args.workers, "tasks": n_tasks, "episodes": args.episodes, "episode_length": args.episode_length,
+        "videos": not args.no_videos,
+        "lerobot_eval_datasets": "stand-in" if args.lerobot_eval_without_datasets and not _datasets_installed() else "real",
         "repeats": len(repeats), "env_steps": max(counted) if counted else n_tasks * args.episodes * args.episode_length,
         "env_steps_counted": sorted(counted), "modes": {},
     }
@@ -272,6 +322,7 @@ def summarize(args: argparse.Namespace, ckpt: Path, repeats: list[dict[str, Run]
         out["modes"][mode] = {
             "wall_s": wall, "walls_s": [r.wall for r in runs], "cpu_s": statistics.median(r.cpu for r in runs),
             "env_steps_per_s": out["env_steps"] / wall,
+            "episodes_per_hour": n_tasks * args.episodes / wall * 3600,
             "rows_per_call": _median([r.mean_rows("select_action" if mode == "lerobot-eval" else "act") for r in runs]),
             "rows_per_net_call": _median([r.mean_rows("net") for r in runs]),
             "x_lerobot_eval": ratio,
@@ -296,6 +347,13 @@ def print_table(s: dict[str, Any]) -> None:
               f"{_num(m['rows_per_net_call']):>8s} {ratio:>14s}   {', '.join(f'{w:.1f}' for w in m['walls_s'])}")
     if "lockstep_over_continuous" in s:
         print(f"continuous vs lockstep (lockstep wall / continuous wall): {s['lockstep_over_continuous']:.2f}x")
+
+
+def _datasets_installed() -> bool:
+    """Whether lerobot.datasets can import for real (what DATASETS_STANDIN tests in lerobot-eval's process)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("datasets", "av"))
 
 
 def _median(xs: list[float | None]) -> float | None:
@@ -323,6 +381,11 @@ def main() -> None:
     ap.add_argument("--rollbench-args", default="", help="extra rollbench flags, space separated")
     ap.add_argument("--lerobot-eval-args", default="", help="extra lerobot-eval flags, space separated")
     ap.add_argument("--json", type=Path, default=None, help="also write the results (medians, ratios, every run) here")
+    ap.add_argument("--tasks", type=int, default=10, help="mt10: run its first N tasks (default 10)")
+    ap.add_argument("--no-videos", action="store_true", help="mt10: no mode films (default: 10 episodes per task)")
+    ap.add_argument("--lerobot-eval-without-datasets", action="store_true",
+                    help="mt10: a stand-in for lerobot.datasets in lerobot-eval's process (see above)")
+    ap.add_argument("--save-checkpoint", type=Path, default=None, help="build the --policy checkpoint into DIR and exit")
     args = ap.parse_args()
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = sorted(set(args.modes) - set(MODES))
@@ -332,11 +395,20 @@ def main() -> None:
     args.episodes = args.episodes or episodes
     args.batch_size = args.batch_size or batch_size
     args.episode_length = args.episode_length or length
+    if not 1 <= args.tasks <= 10:
+        ap.error(f"--tasks: {args.tasks} is not a number of MT10 tasks (1 to 10)")
+    mt10_only = [flag for flag, on in (("--tasks", args.tasks != 10), ("--no-videos", args.no_videos),
+                 ("--lerobot-eval-without-datasets", args.lerobot_eval_without_datasets)) if on]
+    if mt10_only and args.workload != "mt10":
+        ap.error(f"{', '.join(mt10_only)}: for --workload mt10 only (got {args.workload})")
     if args.workload == "mt10":
         from rollbench.rendering import apply_backend, choose_backend
 
         apply_backend(choose_backend("auto"))  # lerobot-eval renders with whatever MUJOCO_GL says
     os.environ.update(OFFLINE)  # SmolVLA's backbone and tokenizer are local directories
+    if args.save_checkpoint:
+        print(make_checkpoint(args.policy, args.workload, args.save_checkpoint))
+        return
 
     with tempfile.TemporaryDirectory(prefix="vs_lerobot_") as tmp:
         root = Path(tmp)
