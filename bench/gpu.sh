@@ -22,9 +22,9 @@
 # that no longer fits is skipped and named.
 #
 # --dry-run: the same steps here, on CPU, in the environment bench/gpu_mimic.sh builds (what the
-# GPU machine's python3 holds, nothing more): the .debs unpacked into a scratch root instead of /,
-# the same wheels into a scratch $SITE, nvidia-smi, CUDA and EGL checks skipped, every mode run
-# shortened (2 tasks, 1 episode of 5 steps, 2 workers) with this machine's MUJOCO_GL.
+# GPU machine's python3 holds, nothing more): the .debs unpacked into a scratch root instead of /
+# (on LD_LIBRARY_PATH, so rendering goes through them), the same wheels into a scratch $SITE, nvidia-smi, CUDA and EGL checks skipped, every mode run
+# shortened (2 tasks, 1 episode of 5 steps, 2 workers), rendering with EGL on this machine's Mesa.
 #
 # Environment: PYTHON (default .venv/bin/python, else python3; --dry-run: $MIMIC/bin/python,
 # MIMIC=/tmp/gpu-mimic), OUT (./gpu_bench_out), SITE (/tmp/site), WORKERS (16), POLICIES
@@ -60,9 +60,9 @@ if ((DRY)); then
 else
     PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
     SITE=${SITE:-/tmp/site}
-    export MUJOCO_GL=egl
     DEVICE=cuda
 fi
+export MUJOCO_GL=egl # the dry run too: through the carried glvnd libraries (to Mesa there)
 RUN_LIMIT_S=${RUN_LIMIT_S:-120}
 LEROBOT_EVAL_LIMIT_S=${LEROBOT_EVAL_LIMIT_S:-180}
 WORKERS=${WORKERS:-16}
@@ -88,18 +88,30 @@ skip() {
 
 # --- 1. install ------------------------------------------------------------------------------
 if compgen -G ".gl/*.deb" >/dev/null; then
+    # Into / where we may write (the GPU machine), else into a scratch root found through
+    # LD_LIBRARY_PATH: the dry run renders through the carried glvnd libraries and this machine's
+    # Mesa, and leaves its system alone.
     root=/
-    ((DRY)) && root=$SCRATCH/gl-root && rm -rf "$root" && mkdir -p "$root"
+    if ((DRY)) || [ ! -w /usr/lib ]; then
+        root=$SCRATCH/gl-root
+        rm -rf "$root" && mkdir -p "$root" || die "cannot create $root"
+    fi
     for deb in .gl/*.deb; do
         dpkg -x "$deb" "$root" 2>/dev/null || die "dpkg -x $deb $root failed: unpacking EGL's packages needs dpkg and write access to $root"
     done
-    if ((DRY)); then
-        [ -e "$root/usr/lib/x86_64-linux-gnu/libEGL.so.1" ] || die ".gl/ unpacked no usr/lib/x86_64-linux-gnu/libEGL.so.1: rerun bench/gpu_prepare.sh"
-        echo "install: $(ls .gl/*.deb | wc -l) EGL packages unpacked into $root (dry run: the system's libraries are left as they are)"
-    else
+    libs=$root/usr/lib/x86_64-linux-gnu
+    [ -e "$libs/libEGL.so.1" ] || die ".gl/ unpacked no $libs/libEGL.so.1: rerun bench/gpu_prepare.sh"
+    if [ "$root" = / ]; then
         ldconfig 2>/dev/null || true
-        echo "install: $(ls .gl/*.deb | wc -l) EGL packages unpacked into /"
+    else
+        # PyOpenGL asks for libEGL.so before libEGL.so.1: without these links a system's dev
+        # links (this machine's) would win over LD_LIBRARY_PATH
+        for lib in "$libs"/lib*.so.[0-9]; do
+            ln -sf "$(basename "$lib")" "${lib%.so.*}.so"
+        done
+        export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     fi
+    echo "install: $(ls .gl/*.deb | wc -l) EGL packages unpacked into $root"
 elif ((DRY)); then
     die "no .gl/*.deb: run \`bash bench/gpu_prepare.sh\` first"
 fi
@@ -136,24 +148,28 @@ import sys
 if sys.version_info[:2] != (3, 12):
     raise SystemExit('Python ' + sys.version.split()[0] + ' at ' + sys.executable + ': the wheels in .whl/ are for 3.12')
 import rollbench, lerobot, metaworld, num2words, torch"
+# EGL: a MuJoCo context, and the renderer it got (the dry run takes any, and says which)
+egl_check="
+import os, mujoco
+ctx = mujoco.GLContext(64, 64)
+ctx.make_current()
+from OpenGL import GL
+renderer = GL.glGetString(GL.GL_RENDERER).decode()
+ctx.free()
+if os.environ.get('GPU_SH_DRY') != '1' and 'nvidia' not in renderer.lower():
+    raise SystemExit('EGL renders on ' + repr(renderer) + ', not the NVIDIA GPU (is libEGL_nvidia installed?)')
+print(renderer)"
 if ((DRY)); then
     skip CUDA
-    skip "EGL (MUJOCO_GL=egl)"
+    renderer=$(GPU_SH_DRY=1 timeout -k 5 60 "$PYTHON" -c "$egl_check" </dev/null 2>/dev/null | tail -n 1)
+    echo "check EGL (MUJOCO_GL=egl): skipped (dry run); here it renders on ${renderer:-nothing (no EGL context)}"
 else
     check CUDA 120 "
 import torch
 if not torch.cuda.is_available():
     raise SystemExit('torch.cuda.is_available() is False (torch ' + torch.__version__ + ', built for CUDA ' + str(torch.version.cuda) + ')')
 torch.ones(8, device='cuda').sum().item()"
-    check "EGL (MUJOCO_GL=egl)" 60 "
-import mujoco
-ctx = mujoco.GLContext(64, 64)
-ctx.make_current()
-from OpenGL import GL
-renderer = GL.glGetString(GL.GL_RENDERER).decode()
-ctx.free()
-if 'nvidia' not in renderer.lower():
-    raise SystemExit('EGL renders on ' + repr(renderer) + ', not the NVIDIA GPU (is libEGL_nvidia installed?)')"
+    check "EGL (MUJOCO_GL=egl)" 60 "$egl_check"
 fi
 
 mkdir -p "$OUT" || die "cannot create $OUT"
@@ -161,7 +177,7 @@ rm -f "$OUT"/*.json "$OUT"/*.log "$OUT"/*.gpu.csv "$OUT"/*.failed "$OUT"/*.skipp
 {
     ((DRY)) && echo "dry run: CPU, $PYTHON" || nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
     "$PYTHON" -c "import sys, torch, lerobot, rollbench; print('python', sys.version.split()[0], '| torch', torch.__version__, 'cuda', torch.version.cuda, '| lerobot', lerobot.__version__, '| rollbench from', rollbench.__file__)"
-    echo "cores $(nproc), workers $WORKERS, MUJOCO_GL=${MUJOCO_GL:-(unset: rollbench picks)}, EGL vendor files ${__EGL_VENDOR_LIBRARY_FILENAMES:-(glvnd default)}"
+    echo "cores $(nproc), workers $WORKERS, MUJOCO_GL=$MUJOCO_GL, EGL vendor files ${__EGL_VENDOR_LIBRARY_FILENAMES:-(glvnd default)}, LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
     echo "workload: MetaWorld MT10 pixels, first $TASKS task(s) x $EPISODES episode(s) x $EPISODE_LENGTH steps, policy device $DEVICE, no videos"
 } >"$OUT/machine.txt" 2>&1
 
