@@ -72,7 +72,8 @@ EPISODES=${EPISODES:-2}
 EPISODE_LENGTH=${EPISODE_LENGTH:-50}
 MODES=(continuous lockstep lerobot-eval)
 OUT=${OUT:-./gpu_bench_out}
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# offline, with empty caches: nothing a cache here holds can help the dry run that the GPU machine lacks
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HOME=$SCRATCH/hf-home TORCH_HOME=$SCRATCH/torch-home
 command -v "$PYTHON" >/dev/null || die "no Python at $PYTHON: set PYTHON to the interpreter to run with"
 
 # One line from a Python check: its message (printed by it) or the last line of what it raised.
@@ -87,6 +88,7 @@ skip() {
 }
 
 # --- 1. install ------------------------------------------------------------------------------
+rm -rf "$HF_HOME" "$TORCH_HOME"
 if compgen -G ".gl/*.deb" >/dev/null; then
     # Into / where we may write (the GPU machine), else into a scratch root found through
     # LD_LIBRARY_PATH: the dry run renders through the carried glvnd libraries and this machine's
