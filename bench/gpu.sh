@@ -7,24 +7,25 @@
 #     bash bench/gpu.sh              # there, with .whl and .gl carried; results in $OUT
 #     bash bench/gpu.sh --dry-run    # here: the same steps on CPU, shortened (bench/gpu_mimic.sh first)
 #
-# Steps: (1) install: EGL's .debs unpacked into / (`dpkg -x`, then ldconfig), the wheels into
-# $SITE with `pip install --no-index --no-deps --target`, which goes first on PYTHONPATH (its bin/
-# on PATH); (2) preconditions, one line each, stopping at the first that fails: nvidia-smi sees a
-# GPU, the Python environment imports, CUDA runs, EGL renders on the NVIDIA GPU; (3) the tiny
-# random-init SmolVLA and ACT checkpoints, built offline once each (bench/vs_lerobot.py
-# --save-checkpoint: the tests' helpers); (4) per policy, one `bench/vs_lerobot.py --modes <mode>`
-# per mode (its docstring says what is measured) under `timeout`, with `nvidia-smi` sampling the
-# GPU every 500 ms beside it: MetaWorld MT10 pixels (480x480, 2 episodes per task, 50 steps),
-# rendered with EGL, the policy on cuda, rollbench with 16 workers, no videos (PyAV is not
-# carried: see bench/gpu_prepare.sh), lerobot-eval 0.6.1 with a stand-in for `lerobot.datasets`
-# (vs_lerobot.py --lerobot-eval-without-datasets); (5) the table and summary.json in $OUT.
-# The whole script stays within 9 minutes: each run's limit is cut to what is left, and a run
-# that no longer fits is skipped and named.
+# Steps: (1) nvidia-smi sees a GPU (checked before anything is unpacked), then the install: EGL's
+# .debs unpacked into / (`dpkg -x`, then ldconfig), the wheels into $SITE with `pip install
+# --no-index --no-deps --target`, which goes first on PYTHONPATH (its bin/ on PATH); (2) the other
+# preconditions, one line each, stopping at the first that fails: the Python environment imports,
+# CUDA runs, EGL renders on the NVIDIA GPU; (3) the tiny random-init SmolVLA and ACT checkpoints,
+# built offline once each (bench/vs_lerobot.py --save-checkpoint: the tests' helpers); (4) per
+# policy, one `bench/vs_lerobot.py --modes <mode>` per mode (its docstring says what is measured)
+# under `timeout`, with `nvidia-smi` sampling the GPU every 500 ms beside it: MetaWorld MT10 pixels
+# (480x480, 2 episodes per task, 50 steps), rendered with EGL, the policy on cuda, rollbench with
+# 16 workers, no videos (PyAV is not carried: see bench/gpu_prepare.sh), lerobot-eval 0.6.1 with a
+# stand-in for `lerobot.datasets` (vs_lerobot.py --lerobot-eval-without-datasets); (5) the table
+# and summary.json in $OUT. The whole script stays within 9 minutes: each run's limit is cut to
+# what is left, and a run that no longer fits is skipped and named.
 #
 # --dry-run: the same steps here, on CPU, in the environment bench/gpu_mimic.sh builds (what the
 # GPU machine's python3 holds, nothing more): the .debs unpacked into a scratch root instead of /
-# (on LD_LIBRARY_PATH, so rendering goes through them), the same wheels into a scratch $SITE, nvidia-smi, CUDA and EGL checks skipped, every mode run
-# shortened (2 tasks, 1 episode of 5 steps, 2 workers), rendering with EGL on this machine's Mesa.
+# (on LD_LIBRARY_PATH, so rendering goes through them), the same wheels into a scratch $SITE,
+# nvidia-smi, CUDA and EGL checks skipped, every mode shortened (2 tasks, 1 episode of 5 steps,
+# 2 workers), rendering with EGL on this machine's Mesa.
 #
 # Environment: PYTHON (default .venv/bin/python, else python3; --dry-run: $MIMIC/bin/python,
 # MIMIC=/tmp/gpu-mimic), OUT (./gpu_bench_out), SITE (/tmp/site), WORKERS (16), POLICIES
@@ -87,7 +88,14 @@ skip() {
     echo "check $1: skipped (dry run)"
 }
 
-# --- 1. install ------------------------------------------------------------------------------
+# --- 1. install (after the one check that needs nothing installed: no GPU, nothing unpacked) ---
+if ((DRY)); then
+    skip nvidia-smi
+else
+    command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this needs a machine with an NVIDIA GPU and its driver"
+    timeout 30 nvidia-smi -L </dev/null >/dev/null 2>&1 || die "nvidia-smi sees no GPU ($(timeout 30 nvidia-smi -L 2>&1 | head -n 1))"
+    echo "check nvidia-smi: ok"
+fi
 rm -rf "$HF_HOME" "$TORCH_HOME"
 if compgen -G ".gl/*.deb" >/dev/null; then
     # Into / where we may write (the GPU machine), else into a scratch root found through
@@ -138,13 +146,6 @@ else
 fi
 
 # --- 2. preconditions ------------------------------------------------------------------------
-if ((DRY)); then
-    skip nvidia-smi
-else
-    command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this needs a machine with an NVIDIA GPU and its driver"
-    timeout 30 nvidia-smi -L </dev/null >/dev/null 2>&1 || die "nvidia-smi sees no GPU ($(timeout 30 nvidia-smi -L 2>&1 | head -n 1))"
-    echo "check nvidia-smi: ok"
-fi
 check "Python environment" 120 "
 import sys
 if sys.version_info[:2] != (3, 12):

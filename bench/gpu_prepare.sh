@@ -69,11 +69,11 @@ quiet "apt-get update" apt-get "${apt_opts[@]}" update
 dupes=$(find .whl -name '*.whl' -printf '%f\n' | cut -d- -f1 | tr '[:upper:]-' '[:lower:]_' | sort | uniq -d)
 [ -z "$dupes" ] || die "more than one wheel of: $dupes"
 
-find .whl .gl -type f \( -name '*.whl' -o -name '*.deb' \) -printf '%s %p\n' | sort -rn | awk '{printf "%8.2f MiB  %s\n", $1 / 1048576, $2}'
 total=$(find .whl .gl -type f -printf '%s\n' | awk '{s += $1} END {print s}')
 largest=$(find .whl .gl -type f -printf '%s %p\n' | sort -rn | head -n 1 | awk '{printf "%s (%.1f MiB)", $2, $1 / 1048576}')
 count=$(find .whl .gl -type f | wc -l)
 if ((total > LIMIT_MIB * 1048576)); then
     die "$(awk -v t="$total" 'BEGIN {printf "%.1f", t / 1048576}') MiB in .whl/ and .gl/ passes the ${LIMIT_MIB} MiB limit; largest: $largest"
 fi
+find .whl .gl -type f -printf '%s %p\n' | sort -rn | awk '{printf "%8.2f MiB  %s\n", $1 / 1048576, $2}'
 awk -v t="$total" -v n="$count" -v l="$LIMIT_MIB" 'BEGIN {printf "total: %.1f MiB in %d files (limit %d MiB)\n", t / 1048576, n, l}'
