@@ -5,71 +5,52 @@ exact enumeration and by simulation, and what it saves over a fixed-n McNemar te
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
-from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rollbench.report import sequential as sq
 from rollbench.report.stats import mcnemar_power
 
-# -- the e-value and its martingale, exactly ------------------------------------------
+# -- the capital process and its martingale, exactly ------------------------------------
 
 
-def e_by_prediction(wins: list[int], c: Fraction) -> Fraction:
-    """The mixture as a product of Bayes predictions of each discordant pair, over 1/2 each."""
-    e, k = Fraction(1), 0
-    for m, won in enumerate(wins):
-        p_win = (k + c) / (m + 2 * c)
-        e *= (p_win if won else 1 - p_win) / Fraction(1, 2)
-        k += won
-    return e
+def paths(t: int):
+    """Every sequence of t pairs' d in {-1, 0, 1}."""
+    return np.array(list(itertools.product((-1, 0, 1), repeat=t)))
 
 
-@pytest.mark.parametrize("c", [Fraction(1), Fraction(1, 2)])
-def test_e_value_against_the_sequential_product(c):
-    for n in range(9):
-        for x in range(n + 1):
-            wins = [1] * x + [0] * (n - x)  # the mixture depends on the counts only
-            expected = float(e_by_prediction(wins, c))
-            assert float(np.exp(sq.log_e_value(n, x, float(c)))) == pytest.approx(expected, rel=1e-12)
+@pytest.mark.parametrize(("p_minus", "p_plus"), [(0.25, 0.25), (0.1, 0.3), (0.4, 0.05), (0.0, 0.6)])
+def test_the_capital_is_a_martingale_at_the_true_difference(p_minus, p_plus):
+    """E[K_t(Delta)] = 1 at every t, summed over all 3^t sequences, when each pair is -1, 0 or
+    +1 with these chances and Delta = p_plus - p_minus: the bets only use earlier pairs."""
+    delta = p_plus - p_minus
+    probs = {-1: p_minus, 0: 1 - p_minus - p_plus, 1: p_plus}
+    for t in (1, 3, 6):
+        d = paths(t)
+        weight = np.prod(np.vectorize(probs.get)(d), axis=1)
+        k = np.exp(sq.log_capital(d, np.array([delta]))[:, 0, :])  # (paths, t)
+        for s in range(t):
+            assert float(weight @ k[:, s]) == pytest.approx(1.0, abs=1e-12)
 
 
-def test_e_value_by_hand():
-    # c = 1: E_n = 2^n / ((n + 1) C(n, x))
-    assert math.exp(sq.log_e_value(10, 10)) == pytest.approx(1024 / 11, rel=1e-12)
-    assert math.exp(sq.log_e_value(10, 9)) == pytest.approx(1024 / 110, rel=1e-12)
-    assert math.exp(sq.log_e_value(10, 5)) == pytest.approx(1024 / (11 * 252), rel=1e-12)
-    assert math.exp(sq.log_e_value(0, 0)) == pytest.approx(1.0)
+def test_the_capital_never_goes_negative_at_the_ends_of_the_grid():
+    d = paths(6)
+    k = sq.log_capital(d, sq.GRID)
+    assert np.isfinite(k[:, 1:-1, :]).all()  # strictly inside (-1, 1) no stake can lose everything
 
 
-@pytest.mark.parametrize("c", [1.0, 0.5])
-def test_martingale_under_no_difference(c):
-    """E[E_{n+1} | x wins of n] = E_n when each discordant pair is a fair coin."""
-    for n in range(12):
-        x = np.arange(n + 1)
-        now = np.exp(sq.log_e_value(n, x, c))
-        next_ = 0.5 * np.exp(sq.log_e_value(n + 1, x + 1, c)) + 0.5 * np.exp(sq.log_e_value(n + 1, x, c))
-        np.testing.assert_allclose(next_, now, rtol=1e-12)
-        weights = np.array([math.comb(n, k) for k in range(n + 1)]) / 2**n
-        assert float(weights @ now) == pytest.approx(1.0, rel=1e-12)  # every path enumerated
-
-
-def test_ville_bound_exactly_for_a_look_after_every_discordant_pair():
-    """P(E_m >= 1/alpha for some m <= 400) under fair coins, by dynamic programming over
-    (m, x) with crossing paths removed: the worst case of looking, since looks per block skip some m."""
-    alpha, n_max = 0.05, 400
-    alive = np.array([1.0])  # probability of x wins among m, on paths that never crossed
-    crossed = 0.0
-    for m in range(1, n_max + 1):
-        alive = 0.5 * (np.append(alive, 0.0) + np.insert(alive, 0, 0.0))
-        hit = sq.log_e_value(m, np.arange(m + 1)) >= math.log(1 / alpha)
-        crossed += float(alive[hit].sum())
-        alive[hit] = 0.0
-    print(f"\nexact P(sup_m<=400 E_m >= 20) under no difference: {crossed:.4f}")
-    assert 0.01 < crossed <= alpha
+def test_concordant_pairs_move_nothing_at_no_difference():
+    """At Delta = 0 only discordant pairs move the capital, and only once the running mean
+    leans to one side: the first win is bet on at the running mean's 1/2, i.e. not at all."""
+    d = np.array([[0, 0, 1, 0, 0, 1, 0]])
+    k = sq.log_capital(d, np.array([0.0]))[0, 0]
+    assert (k[:5] == 0.0).all() and k[5] > 0.0 and k[6] == k[5]
 
 
 # -- one comparison --------------------------------------------------------------------
@@ -78,24 +59,54 @@ def test_ville_bound_exactly_for_a_look_after_every_discordant_pair():
 def test_b_always_wins_stops_at_the_first_block():
     r = sq.sequential_test([0] * 40, [1] * 40, alpha=0.05, block=10)
     assert (r.decision, r.stopped_at, r.n_pairs, r.n_discordant, r.b_wins) == ("better", 10, 10, 10, 10)
-    assert r.e_value == pytest.approx(1024 / 11)
-    assert r.p_value == pytest.approx(11 / 1024)
-    assert r.interval[1] == 1.0  # 10 pairs are too few for the interval to exclude 0; the test is sharper
-    # looking after every pair: E_7 = 128/8 = 16 < 20 <= E_8 = 256/9
-    assert sq.sequential_test([0] * 40, [1] * 40, block=1).stopped_at == 8
+    assert r.interval[0] > 0 and r.interval[1] == 1.0  # the interval says what the decision says
+    assert r.e_value >= 20 and r.p_value == pytest.approx(1 / r.e_value)
+    # looking after every pair: it stops at the first pair whose interval lies above 0
+    k = sq.log_capital(np.ones((1, 40)))[0]
+    excluded = np.maximum.accumulate(k >= math.log(20), axis=1)
+    first = int(np.argmax(excluded[sq.GRID <= 0].all(axis=0))) + 1
+    assert sq.sequential_test([0] * 40, [1] * 40, block=1).stopped_at == first
     worse = sq.sequential_test([True] * 40, [False] * 40)
     assert (worse.decision, worse.stopped_at, worse.b_wins) == ("worse", 10, 0)
+    assert worse.interval[1] < 0
 
 
-def test_concordant_pairs_become_equivalent_where_the_bound_says():
-    """All pairs agree: the bet is capped at 1/2 and the variance term is 0, so the interval
-    of p_B - p_A is +-4 log(2/alpha) / t, inside +-0.1 from t = 148 (looked at: 150)."""
+def test_identical_outcomes_are_equivalent_within_ten_points_after_50_pairs():
+    """All pairs agree: every bet against a difference of 0.1 is capped at 0.75 / 0.45 and
+    wins 0.05 of it per pair, so K reaches 20 at t = 38; the sequence is intersected over
+    the grid (step 0.005), looked at every 10 pairs: 50 (the empirical-Bernstein sequence
+    this replaced needed 150, issue 35)."""
     a = [1, 0, 1, 1] * 100
     r = sq.sequential_test(a, a, alpha=0.05, margin=0.1, block=10)
-    assert (r.decision, r.stopped_at, r.n_discordant) == ("equivalent", 150, 0)
-    assert r.interval == pytest.approx((-4 * math.log(40) / 150, 4 * math.log(40) / 150))
-    assert sq.sequential_test(a, a, margin=0.05).stopped_at == 300
+    assert (r.decision, r.stopped_at, r.n_discordant) == ("equivalent", 50, 0)
+    lo, hi = r.interval
+    assert -0.1 < lo < 0 < hi < 0.1 and lo == pytest.approx(-hi)
+    assert sq.sequential_test(a, a, margin=0.05).stopped_at > 50
     assert sq.sequential_test(a, a, margin=0.0).decision == "undecided"  # margin 0 never is
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.booleans(), st.booleans()), min_size=0, max_size=120),
+    st.sampled_from([0.05, 0.1, 0.2]),
+    st.sampled_from([0.0, 0.05, 0.1, 0.3]),
+    st.sampled_from([1, 5, 10]),
+)
+def test_every_decision_agrees_with_the_interval_beside_it(pairs, alpha, margin, block):
+    """better: the interval lies above 0; worse: below; equivalent: inside +-margin;
+    undecided: none of these (issue 35: "worse" beside [-100, +46.5] is gone)."""
+    a, b = [x for x, _ in pairs], [y for _, y in pairs]
+    r = sq.sequential_test(a, b, alpha=alpha, margin=margin, block=block)
+    lo, hi = r.interval
+    assert lo <= hi
+    if r.decision == "better":
+        assert lo > 0
+    elif r.decision == "worse":
+        assert hi < 0
+    elif r.decision == "equivalent":
+        assert -margin < lo and hi < margin
+    else:
+        assert lo <= 0 <= hi and not (-margin < lo and hi < margin)
 
 
 def test_the_tail_short_of_a_block_is_not_used_and_the_result_is_deterministic():
@@ -143,9 +154,11 @@ def test_tasks_are_tested_at_alpha_over_t_and_pooled_in_round_robin():
     assert list(out.tasks) == ["pick", "push", "reach"]
     for name, (a, b) in pairs.items():
         assert out.tasks[name] == sq.sequential_test(a, b, 0.02, 0.1, 10)
-    # at alpha/3 = 0.02, E needs 50: 2^n / (n + 1) crosses it at n = 9, looked at 10
+    # at alpha/3 = 0.02 (capital 50): ten wins in a row already exclude every Delta <= 0
     assert (out.tasks["reach"].decision, out.tasks["reach"].stopped_at) == ("better", 10)
-    assert out.tasks["push"].decision == "undecided"  # 60 concordant pairs: too few for 0.1
+    # 60 concordant pairs: +-0.085 at alpha/3, where it was at 0.05 (150 at 0.1) before
+    assert (out.tasks["push"].decision, out.tasks["push"].stopped_at) == ("equivalent", 60)
+    assert out.tasks["pick"].decision == "undecided"  # every pair discordant, half won by each
     assert out.pooled.alpha == 0.06
     # pooled order: episode 0 of pick, push, reach, then episode 1, ...; looks every 30 pairs
     a = [v for i in range(60) for v in (pairs["pick"][0][i], pairs["push"][0][i], pairs["reach"][0][i])]
@@ -234,16 +247,21 @@ def test_a_difference_of_at_least_the_margin_is_not_called_equivalent(p_b, rho):
 
 @pytest.mark.parametrize(("p_a", "p_b", "rho"), [(0.9, 0.8, 0.9), (0.5, 0.5, 0.0), (0.9, 0.9, 0.95), (0.3, 0.6, 0.5)])
 def test_confidence_sequence_covers_at_every_time(p_a, p_b, rho):
-    """Anytime coverage, looking after every pair: P(some t misses p_B - p_A) <= alpha."""
+    """Anytime coverage, looking after every pair: P(some t excludes p_B - p_A) <= alpha; the
+    reported interval is the hull of what is not excluded, so it covers whenever this does."""
     rng = np.random.default_rng(16)
     u = rng.random((N_SIMS, 300))
     v = np.where(rng.random(u.shape) < rho, u, rng.random(u.shape))
-    lo, hi = sq.confidence_sequence((v < p_b).astype(int) - (u < p_a).astype(int), alpha=0.05)
-    delta = p_b - p_a
-    missed = float(np.mean(((lo > delta) | (hi < delta)).any(axis=1)))
-    width = float(np.mean(hi[:, -1] - lo[:, -1]))
-    print(f"\nconfidence sequence {p_a} vs {p_b} rho={rho}: missed {missed:.4f}, mean width at 300 {width:.3f}")
-    assert missed <= 0.05 + three_se(0.05, N_SIMS)
+    d = (v < p_b).astype(float) - (u < p_a).astype(float)
+    delta = np.array([p_b - p_a])
+    missed = np.zeros(N_SIMS, dtype=bool)
+    for log_k in sq._capital_steps(d, delta):
+        missed |= log_k[:, 0] >= math.log(1 / 0.05)
+    r = sq._run(u < p_a, v < p_b, 0.05, 0.0, 300)  # margin 0: never stops early; the interval at 300
+    width = float(np.mean(r.hi - r.lo))
+    print(f"\nconfidence sequence {p_a} vs {p_b} rho={rho}: missed {missed.mean():.4f}, mean width at 300 {width:.3f}")
+    assert missed.mean() <= 0.05 + three_se(0.05, N_SIMS)
+    assert missed.mean() > 0 or rho > 0.9  # not a bound met by never excluding
 
 
 def test_simulation_is_fast_and_reproducible():

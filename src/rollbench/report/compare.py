@@ -160,8 +160,9 @@ def _overall_sentence(r: Row, tasks: int) -> str:
     if r.verdict in ("better", "worse"):
         return f"B is {r.verdict} than A overall: {rates} ({detail})."
     if r.verdict == "no difference":
-        return (f"No difference overall: both succeed in {r.a.pct:.1f}% ({detail}). The data rule out "
-                f"differences outside that interval; more episodes would not separate equal rates.")
+        return (f"No difference observed overall: both succeed in {r.a.pct:.1f}% ({detail}). The data rule out "
+                f"differences outside that interval, not a smaller one inside it: more episodes narrow it, and "
+                f"`rollbench compare --sequential --margin=M` tests equivalence within M.")
     per_task = f" per task ({r.needed * tasks} in all)" if tasks > 1 and r.needed else ""
     more = ""
     if r.needed is not None:

@@ -5,35 +5,30 @@ every `block` pairs and stops at the first look where B is better, worse, or equ
 within a margin; every claim keeps its error bound however often it is looked at, and
 whenever it stops (optional stopping).
 
-- **Better / worse.** Only discordant pairs carry information: under no difference each
-  is won by B with probability 1/2, independently, whatever the task's success rate (the
-  sequential form of McNemar's test). With x B-wins among n discordant pairs, the
-  mixture likelihood ratio against a Beta(c, c) prior on B's win rate,
-  E_n = B(x + c, n - x + c) / (B(c, c) 0.5^n), is a nonnegative martingale under no
-  difference (Robbins 1970, "Statistical methods related to the law of the iterated
-  logarithm", Ann. Math. Statist.: the mixture form of Wald's 1945 SPRT). By Ville's
-  inequality P(sup_n E_n >= 1/alpha) <= alpha, so E_n is an e-process and
-  p = 1 / max E_m an anytime-valid p-value (Ramdas, Grünwald, Vovk & Shafer 2023,
-  "Game-theoretic statistics and safe anytime-valid inference", Statist. Sci.). B is
-  "better" at the first look with E_n >= 1/alpha and x > n/2, "worse" with x < n/2; the
-  wrong sign has chance <= alpha too, since there the half of the mixture on the observed
-  side, itself a supermartingale, is at least E_n. c = 1 (uniform prior), where
-  E_n = 2^n / ((n + 1) C(n, x)) can be checked by hand: in simulation it needed ~5% fewer
-  pairs than Jeffreys' c = 1/2 for moderate differences (0.6 vs 0.75, 0.5 vs 0.65), where
-  pairs are costly, and a few more for large ones (20 vs 18 at 0.3 vs 0.9).
-  STEP (Snyder et al., RSS 2025, "Is your imitation learning policy better than mine?
-  Policy comparison with near-optimal stopping") optimises the stopping rule for a
-  given prior and budget; this is a plain mixture test with a guaranteed bound instead.
-- **Equivalent.** A confidence sequence for Delta = p_B - p_A from d_i = b_i - a_i:
-  the predictable plug-in empirical-Bernstein sequence (Waudby-Smith & Ramdas 2024,
-  "Estimating means of bounded random variables by betting", JRSS-B, Theorem 2) on
-  (d_i + 1) / 2 in [0, 1], intersected over time. It shrinks with the variance of d,
-  which is small when the policies mostly agree (where a sub-Gaussian bound of scale 1
-  needs about 1,100 pairs to get inside a margin of 0.1, this needs about 170). It covers Delta at every time with
-  chance >= 1 - alpha; "equivalent" is claimed when it lies inside (-margin, margin),
-  which is wrong with chance <= alpha/2. A difference is reported before equivalence
-  (the interval then says how small it is). For a true |Delta| >= margin the chance of
-  either wrong claim is at most 1.5 alpha.
+- **One confidence sequence decides.** Episode i gives d_i = b_i - a_i in {-1, 0, 1}, and
+  y_i = (d_i + 1) / 2 in [0, 1] has mean m = (1 + Delta) / 2, Delta = p_B - p_A. For each
+  candidate m a gambler bets on y_i - m, staking lambda_i(m) chosen before pair i is seen
+  (predictable), and holds the capital K_t(m) = prod_i (1 + lambda_i(m) (y_i - m)): a
+  nonnegative martingale when the mean is m, so by Ville's inequality
+  P(sup_t K_t(m) >= 1/alpha) <= alpha, and {m : K_s(m) < 1/alpha for every s <= t} is a
+  (1 - alpha) confidence sequence (Waudby-Smith & Ramdas 2024, "Estimating means of bounded
+  random variables by betting", JRSS-B). The bets are their aGRAPA: lambda = (mu - m) /
+  (sigma^2 + (mu - m)^2) from the running mean and variance of the y's before pair i,
+  capped at MAX_BET / m and MAX_BET / (1 - m). At m = 1/2 (no difference) a concordant pair
+  (y = 1/2) moves nothing and each discordant pair is a bet of the Kelly fraction on B's
+  running share of wins, the growth rate of the sequential McNemar test. The sequence is
+  evaluated on a grid of Delta (step 0.005); the interval reported is the hull of the grid
+  points still in it, and every decision is read off that same interval: "better" when it
+  lies above 0, "worse" below 0, "equivalent" inside (-margin, margin). So a decision never
+  sits beside an interval that says otherwise, and each claim is wrong with chance <=
+  alpha: the sequence covers Delta at every time with chance >= 1 - alpha. A difference is
+  reported before equivalence. `e_value` is K_t at Delta = 0, `p_value` 1 / its largest
+  value at a look (anytime-valid).
+  Compared with the empirical-Bernstein sequence this replaced, two identical policies are
+  "equivalent within +-0.1" after 50 pairs instead of 150 (alpha = 0.05). STEP (Snyder et
+  al., RSS 2025, "Is your imitation learning policy better than mine?") optimises the
+  stopping rule for a given prior and budget; this is a plain sequence with a guaranteed
+  bound instead.
 - **Many tasks.** Each task is tested at alpha / T (Bonferroni): every task then stops on
   its own evidence the moment it is decided, and all T claims hold at once by the union
   bound. Holm would gain little here and would tie each task's stop to the others'. The
@@ -49,20 +44,20 @@ Only whole blocks are looked at: a tail shorter than `block` is not used.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
-from scipy.special import betaln
 
 from rollbench.errors import ConfigError
 from rollbench.report.stats import mcnemar_power
 
-#: Beta(c, c) prior of the mixture on B's chance of winning a discordant pair
-PRIOR = 1.0
-#: largest bet of the empirical-Bernstein sequence; WSR suggest 1/2 or 3/4
-MAX_BET = 0.5
+#: the largest stake, as a fraction of what the capital can lose (WSR's c; they suggest 1/2 or 3/4)
+MAX_BET = 0.75
+#: the candidate differences p_B - p_A the confidence sequence is evaluated at (step 0.005)
+GRID = np.linspace(-1.0, 1.0, 401)
+_ZERO = 200  # GRID[_ZERO] == 0
 
 Decision = Literal["better", "worse", "equivalent", "undecided"]
 _DECISIONS: tuple[Decision, ...] = ("undecided", "better", "worse", "equivalent")
@@ -91,30 +86,49 @@ class TaskComparison:
     pooled: SequentialResult
 
 
-def log_e_value(n: np.ndarray | int, x: np.ndarray | int, prior: float = PRIOR) -> np.ndarray:
-    """log E_n of the Beta(prior, prior) mixture for x B-wins among n discordant pairs."""
-    n, x = np.asarray(n, dtype=float), np.asarray(x, dtype=float)
-    return betaln(x + prior, n - x + prior) - betaln(prior, prior) + n * math.log(2)
+def log_capital(d: np.ndarray, deltas: np.ndarray = GRID) -> np.ndarray:
+    """log K_t(m) after each pair, for each candidate difference: shape (rows, len(deltas), t)
+    from d of shape (rows, t) in {-1, 0, 1}. Only for small inputs (tests, one comparison):
+    `_run` keeps one time step in memory instead."""
+    d = np.atleast_2d(np.asarray(d, dtype=float))
+    out = np.zeros((d.shape[0], len(deltas), d.shape[1]))
+    for t, log_k in enumerate(_capital_steps(d, np.asarray(deltas, dtype=float))):
+        out[:, :, t] = log_k
+    return out
 
 
-def confidence_sequence(d: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """Running (lo, hi) of p_B - p_A after each pair, from d in {-1, 0, 1} (last axis)."""
-    y = (np.asarray(d, dtype=float) + 1) / 2
-    t = np.arange(1, y.shape[-1] + 1)
-    log_term = math.log(2 / alpha)
-    mu = (0.5 + np.cumsum(y, axis=-1)) / (t + 1)
-    var = (0.25 + np.cumsum((y - mu) ** 2, axis=-1)) / (t + 1)
-    # the bet and the variance proxy at pair t use only pairs before t (predictable)
-    mu_prev = np.concatenate([np.full((*y.shape[:-1], 1), 0.5), mu[..., :-1]], axis=-1)
-    var_prev = np.concatenate([np.full((*y.shape[:-1], 1), 0.25), var[..., :-1]], axis=-1)
-    lam = np.minimum(np.sqrt(2 * log_term / (var_prev * t * np.log1p(t))), MAX_BET)
-    psi = (-np.log1p(-lam) - lam) / 4
-    total = np.cumsum(lam, axis=-1)
-    centre = np.cumsum(lam * y, axis=-1) / total
-    width = (log_term + np.cumsum(4 * (y - mu_prev) ** 2 * psi, axis=-1)) / total
-    lo = np.maximum.accumulate(np.clip(2 * (centre - width) - 1, -1, 1), axis=-1)
-    hi = np.minimum.accumulate(np.clip(2 * (centre + width) - 1, -1, 1), axis=-1)
-    return lo, hi
+def _capital_steps(d: np.ndarray, deltas: np.ndarray) -> Iterator[np.ndarray]:
+    """Yield log K_t(m) of every row and candidate after each pair t = 1, 2, ... (aGRAPA bets)."""
+    y = (d + 1) / 2
+    m = (1 + deltas[None, :]) / 2
+    with np.errstate(divide="ignore"):
+        cap_up, cap_down = MAX_BET / m, -MAX_BET / (1 - m)  # inf at m = 0 or 1: y - m has one sign there
+    rows = y.shape[0]
+    # the running mean and variance of the y's so far, with a prior of one pseudo-pair
+    mu: np.ndarray = np.full(rows, 0.5)
+    var: np.ndarray = np.full(rows, 0.25)
+    total: np.ndarray = np.full(rows, 0.5)
+    squares: np.ndarray = np.full(rows, 0.25)
+    log_k = np.zeros((rows, len(deltas)))
+    for t in range(y.shape[1]):
+        dev = mu[:, None] - m
+        lam = np.clip(dev / (var[:, None] + dev * dev), cap_down, cap_up)
+        log_k = log_k + np.log1p(lam * (y[:, t : t + 1] - m))
+        yield log_k
+        total = total + y[:, t]
+        mu = total / (t + 2)
+        squares = squares + (y[:, t] - mu) ** 2
+        var = squares / (t + 2)
+
+
+def _hull(excluded: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) of the grid points not excluded, per row; (-1, 1) where none is left (cannot
+    happen at the true difference but with chance alpha; then nothing is said)."""
+    left = ~excluded
+    any_left = left.any(axis=-1)
+    first = np.argmax(left, axis=-1)
+    last = left.shape[-1] - 1 - np.argmax(left[..., ::-1], axis=-1)
+    return np.where(any_left, GRID[first], -1.0), np.where(any_left, GRID[last], 1.0)
 
 
 @dataclass(frozen=True)
@@ -125,8 +139,8 @@ class _Runs:
     looks: np.ndarray  # whole blocks used
     discordant: np.ndarray
     b_wins: np.ndarray
-    log_e: np.ndarray
-    max_log_e: np.ndarray
+    log_e: np.ndarray  # log K at Delta = 0
+    max_log_e: np.ndarray  # its largest value at a look up to the stop
     lo: np.ndarray
     hi: np.ndarray
 
@@ -140,11 +154,19 @@ def _run(a: np.ndarray, b: np.ndarray, alpha: float, margin: float, block: int) 
     at = np.arange(block, n_looks * block + 1, block) - 1  # the last pair of each look
     discordant = np.cumsum(a != b, axis=1)[:, at]
     b_wins = np.cumsum(b & ~a, axis=1)[:, at]
-    log_e = log_e_value(discordant, b_wins)
-    lo, hi = (bound[:, at] for bound in confidence_sequence(b.astype(int) - a.astype(int), alpha))
-    differs = (log_e >= math.log(1 / alpha)) & (2 * b_wins != discordant)
+    threshold = math.log(1 / alpha)
+    lo, hi, log_e = (np.zeros((rows, n_looks)) for _ in range(3))
+    excluded = np.zeros((rows, len(GRID)), dtype=bool)  # at some time so far: out for good
+    look = 0
+    for t, log_k in enumerate(_capital_steps(b.astype(float) - a.astype(float), GRID)):
+        excluded |= log_k >= threshold
+        if t == at[look]:
+            lo[:, look], hi[:, look] = _hull(excluded)
+            log_e[:, look] = log_k[:, _ZERO]
+            look += 1
+    differs_up, differs_down = lo > 0, hi < 0
     equivalent = (lo > -margin) & (hi < margin)
-    code = np.where(differs, np.where(2 * b_wins > discordant, 1, 2), np.where(equivalent, 3, 0))
+    code = np.where(differs_up, 1, np.where(differs_down, 2, np.where(equivalent, 3, 0)))
     decided = code > 0
     stop = np.where(decided.any(axis=1), decided.argmax(axis=1), n_looks - 1)
 
