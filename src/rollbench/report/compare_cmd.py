@@ -77,16 +77,16 @@ def text(cmp: Comparison) -> str:
 
 
 def per_seed_lines(a: Run, b: Run) -> list[str]:
-    """Runs with --seeds: each run's overall success per seed, and mean +- std across seeds
-    (the tests above pool every seed's episodes, paired by seed)."""
+    """Runs with --seeds: each run's overall success per seed and their spread, beside what
+    episode noise alone gives (the tests above pool every seed's episodes, paired by seed)."""
     lines = []
     for side, run in (("A", a), ("B", b)):
         per_seed, across = run.info.get("per_seed"), run.info.get("across_seeds")
         if not isinstance(per_seed, list) or not isinstance(across, dict):
             continue
         rates = ", ".join(f"{x['seed']}: {'-' if x['pc_success'] is None else format(x['pc_success'], '.1f')}%" for x in per_seed)
-        mean, std = across.get("pc_success_mean"), across.get("pc_success_std")
-        spread = "" if mean is None else f"; mean {mean:.1f}" + ("" if std is None else f" +- {std:.1f} (sample std)")
+        std, noise = across.get("pc_success_std"), across.get("pc_success_std_from_noise")
+        spread = "" if std is None else f"; spread sd {std:.1f}" + ("" if noise is None else f" (episode noise alone: {noise:.1f})")
         lines.append(f"{side} per seed: {rates}{spread}")
     return ["", *lines] if lines else []
 

@@ -115,11 +115,17 @@ def _seeds(run: Run) -> Iterator[str]:
     rows = [(b["seed"], b["n_episodes"], _pct(b["n_success"], b["n_episodes"]), _ci(b["n_success"], b["n_episodes"]))
             for b in per_seed]
     yield table(("seed", "episodes", "success", "95% CI"), rows)
-    mean, std = across.get("pc_success_mean"), across.get("pc_success_std")
-    if mean is not None:
-        spread = f" ± {std:.1f} (sample standard deviation)" if std is not None else ""
-        yield (f'<p class="muted">Across {across.get("n_seeds")} seeds: {mean:.1f}%{spread}. Each seed runs every task '
-               "with its own episodes (seed s: s, s+1, ...); the tables above pool them.</p>")
+    rate, ci = across.get("pc_success"), across.get("pc_success_ci95")
+    if rate is not None and ci:
+        yield (f'<p>All {across.get("n_seeds")} seeds pooled: <b>{rate:.1f}%</b>, 95% CI {ci[0]:.1f}–{ci[1]:.1f} '
+               "(Wilson, every seed's episodes; the tables above pool them too).</p>")
+    std, noise = across.get("pc_success_std"), across.get("pc_success_std_from_noise")
+    if std is not None:
+        beside = f"; episode noise alone would give about {noise:.1f}" if noise is not None else ""
+        yield (f'<p class="muted">Spread of the per-seed rates: standard deviation {std:.1f} points{beside}. '
+               "Each seed runs every task with its own episodes (seed s: s, s+1, ...); for one checkpoint the seed "
+               "blocks differ only by which episodes ran, so \"mean ± std over seeds\" is not an interval for the "
+               "success rate: the pooled interval above is.</p>")
 
 
 def _adaptive(run: Run) -> Iterator[str]:

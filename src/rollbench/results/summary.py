@@ -162,9 +162,11 @@ def eval_info(merged: Merged, descriptions: dict[str, str] | None = None, root: 
 
 def seed_results(body: dict[str, Any], merged: Merged, seeds: Sequence[int], n_episodes: int) -> None:
     """--seeds: each task's and the whole run's results per seed (seed j's block is episodes
-    j * n_episodes ..), and across seeds the mean and sample standard deviation of the
-    per-seed success rates (what papers report as "mean +- std over seeds"), beside the pooled
-    rates (`summary`, `overall`) with their Wilson intervals."""
+    j * n_episodes ..). Across seeds the headline is the pooled rate with its Wilson interval
+    (`overall`'s): for one checkpoint the seed blocks differ only by which episodes ran, and
+    "mean +- std over 3 seeds" covers the true rate only ~77% of the time where the pooled
+    interval covers ~95% (issue 35). The mean and sample std of the per-seed rates stay, beside
+    the std that episode noise alone would give (a larger spread says the seeds matter)."""
     ok_by_task: dict[tuple[str, int], list[EpisodeRecord]] = defaultdict(list)
     for rec in merged.records.values():
         if rec.ok:
@@ -185,7 +187,19 @@ def seed_results(body: dict[str, Any], merged: Merged, seeds: Sequence[int], n_e
     mean = sum(rates) / len(rates) if rates else None
     std = math.sqrt(sum((x - mean) ** 2 for x in rates) / (len(rates) - 1)) if mean is not None and len(rates) > 1 else None
     body["per_seed"] = overall
-    body["across_seeds"] = {"seeds": list(seeds), "pc_success_mean": mean, "pc_success_std": std, "n_seeds": len(rates)}
+    pooled = body["overall"]
+    # what the per-seed rates would spread by if the seeds only changed which episodes ran
+    # (one checkpoint: every seed block estimates the same rate, with binomial noise)
+    per_block = [b["n_episodes"] for b in overall if b["n_episodes"]]
+    p = pooled["n_success"] / pooled["n_episodes"] if pooled["n_episodes"] else None
+    noise = (100.0 * math.sqrt(p * (1 - p) / (sum(per_block) / len(per_block))) if p is not None and per_block else None)
+    body["across_seeds"] = {
+        "seeds": list(seeds), "n_seeds": len(rates),
+        # the headline: every seed's episodes pooled, with the Wilson interval of `overall`
+        "pc_success": pooled["pc_success"], "pc_success_ci95": pooled["pc_success_ci95"],
+        # the spread of the seed blocks, shown as what it is, beside what noise alone gives
+        "pc_success_mean": mean, "pc_success_std": std, "pc_success_std_from_noise": noise,
+    }
 
 
 def _fmt_pct(x: float | None) -> str:
@@ -233,11 +247,17 @@ def table(info: dict[str, Any]) -> str:
 
 
 def seed_line(info: dict[str, Any]) -> str:
-    """--seeds: the overall success rate of each seed, and their mean +- sample std."""
+    """--seeds: the pooled rate with its interval first, then each seed's rate and their spread
+    beside the spread of episode noise alone."""
     parts = [f"{b['seed']}: {_fmt_pct(b['pc_success'])}%" for b in info["per_seed"]]
     across = info["across_seeds"]
+    head = ""
+    ci = across.get("pc_success_ci95")
+    if across.get("pc_success") is not None and ci:
+        head = f"all {across['n_seeds']} seeds pooled: {across['pc_success']:.1f}% [{ci[0]:.1f}, {ci[1]:.1f}] (95% Wilson); "
     spread = ""
-    if across["pc_success_mean"] is not None:
-        std = across["pc_success_std"]
-        spread = f"; mean {across['pc_success_mean']:.1f}" + (f" +- {std:.1f} (sample std over {across['n_seeds']} seeds)" if std is not None else "")
-    return "per seed: " + ", ".join(parts) + spread + "; the table pools every seed's episodes"
+    if across.get("pc_success_std") is not None:
+        spread = f"; spread across seeds: sd {across['pc_success_std']:.1f} points"
+        if across.get("pc_success_std_from_noise") is not None:
+            spread += f" (episode noise alone: {across['pc_success_std_from_noise']:.1f})"
+    return head + "per seed: " + ", ".join(parts) + spread
