@@ -326,3 +326,28 @@ def test_rollbench_vs_lerobot_eval_of_one_checkpoint_pairs_and_agrees(tmp_path, 
     (row,) = cmp.tasks
     assert row.paired is not None and row.paired.n == 4 and row.paired.only_a == row.paired.only_b == 0, out
     assert row.verdict == "no difference" and math.isclose(row.p, 1.0)
+
+
+def test_tasks_of_different_lengths_are_compared_as_the_mean_of_their_rates(tmp_path, capsys):
+    """Adaptive runs stop tasks at different lengths: pooling would weigh the long task 5x.
+    Here B gains 20 points on the 50-episode task only: the mean of the task differences is
+    +10 points, where pooled counts would say +16.7."""
+    short = [True] * 10
+    a_long, b_long = [True] * 20 + [False] * 30, [True] * 30 + [False] * 20
+    write_info(tmp_path / "a", [task("short", short, range(10), task_id=0), task("long", a_long, range(100, 150), task_id=1)])
+    write_info(tmp_path / "b", [task("short", short, range(10), task_id=0), task("long", b_long, range(100, 150), task_id=1)])
+    cmp = compare_runs(load_run(str(tmp_path / "a"), "A"), load_run(str(tmp_path / "b"), "B"))
+    assert cmp.overall.a.pct == pytest.approx(70.0) and cmp.overall.b.pct == pytest.approx(80.0)
+    assert cmp.overall.diff == pytest.approx(10.0)
+    # paired: the long task's 10 discordant pairs (all won by B) carry the variance
+    se = 100 * math.sqrt((10 / 50 - (10 / 50) ** 2) / 50) / 2
+    assert cmp.overall.ci == pytest.approx((10.0 - 1.959963984540054 * se, 10.0 + 1.959963984540054 * se))
+    assert cmp.overall.test == "z, mean of task rates"
+    assert any("mean of the tasks' rates" in note for note in cmp.notes)
+    assert compare_main([str(tmp_path / "a"), str(tmp_path / "b")], {}) == 0
+    out = capsys.readouterr().out
+    assert "B - A +10.0 points" in out
+    # equal lengths: the pooled comparison, as eval_info's overall (unchanged)
+    write_info(tmp_path / "c", [task("short", short, range(10), task_id=0), task("long", a_long[:10], range(100, 110), task_id=1)])
+    same = compare_runs(load_run(str(tmp_path / "c"), "A"), load_run(str(tmp_path / "c"), "B"))
+    assert same.overall.test == "exact McNemar" and same.overall.a.k == 20

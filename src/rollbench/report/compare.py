@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from rollbench.report import stats
 from rollbench.report.runs import Episode, Run, TaskKey
-from rollbench.results.summary import wilson
+from rollbench.results.summary import Z95, wilson
 
 POWER = 0.8
 
@@ -35,6 +35,22 @@ class Rate:
     def ci(self) -> tuple[float, float]:
         lo, hi = wilson(self.k, self.n) or (0.0, 1.0)
         return 100 * lo, 100 * hi
+
+
+@dataclass(frozen=True)
+class MeanRate(Rate):
+    """The mean of tasks' rates (each task weighs the same), with the pooled counts beside it."""
+
+    mean: float = 0.0  # percent
+    se: float = 0.0  # its standard error, percent
+
+    @property
+    def pct(self) -> float:
+        return self.mean
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        return max(0.0, self.mean - Z95 * self.se), min(100.0, self.mean + Z95 * self.se)
 
 
 @dataclass(frozen=True)
@@ -60,7 +76,7 @@ class Row:
     def verdict(self) -> str:
         if self.p_adj < self.alpha:
             return "better" if self.diff > 0 else "worse"
-        return "no difference" if self.a.k * self.b.n == self.b.k * self.a.n else "not significant"
+        return "no difference" if self.a.pct == self.b.pct else "not significant"
 
 
 @dataclass
@@ -131,6 +147,16 @@ def compare_runs(a: Run, b: Run, alpha: float = 0.05) -> Comparison:
         # Holm's strictest step is alpha / m: a task sized for it is decided whatever the others do
         needed = None if p_adj < alpha else _needed(ra, rb, paired, alpha / len(drafts), 1)
         rows.append(Row(name, ra, rb, paired, ci, test, p, p_adj, needed, alpha))
+    sizes = {r.a.n for r in rows} | {r.b.n for r in rows}
+    if len(sizes) > 1:  # tasks of different lengths (adaptive runs): pooling would weigh the long ones more
+        overall = _mean_of_tasks(rows, alpha)
+        cmp = Comparison(a, b, rows, overall, alpha)
+        cmp.notes.append(
+            "overall: the mean of the tasks' rates (each task weighs the same), since the tasks ran different "
+            "numbers of episodes; its test is a z-test on the mean of the per-task differences"
+        )
+        _check(cmp, keys)
+        return cmp
     # pooled: with one rate per run over all tasks, as eval_info's `overall`. Unpaired, a
     # binomial test on pooled counts is conservative when tasks' rates differ (a sum of
     # binomials varies less than one binomial of the same mean), so it never overclaims.
@@ -146,6 +172,34 @@ def compare_runs(a: Run, b: Run, alpha: float = 0.05) -> Comparison:
     cmp = Comparison(a, b, rows, overall, alpha)
     _check(cmp, keys)
     return cmp
+
+
+def _mean_of_tasks(rows: list[Row], alpha: float) -> Row:
+    """B - A as the mean over tasks of each task's difference, with a normal interval and test
+    from the per-task variances (paired: of the paired differences; else of the two rates)."""
+    from scipy.stats import norm
+
+    t = len(rows)
+    var_a = var_b = var_d = 0.0
+    for r in rows:
+        pa, pb = r.a.k / r.a.n, r.b.k / r.b.n
+        va, vb = pa * (1 - pa) / r.a.n, pb * (1 - pb) / r.b.n
+        var_a, var_b = var_a + va, var_b + vb
+        if r.paired is not None:
+            only_a, only_b = r.paired.only_a / r.paired.n, r.paired.only_b / r.paired.n
+            var_d += (only_a + only_b - (only_b - only_a) ** 2) / r.paired.n
+        else:
+            var_d += va + vb
+    mean_a = 100 * sum(r.a.k / r.a.n for r in rows) / t
+    mean_b = 100 * sum(r.b.k / r.b.n for r in rows) / t
+    ra = MeanRate(sum(r.a.k for r in rows), sum(r.a.n for r in rows), mean_a, 100 * var_a**0.5 / t)
+    rb = MeanRate(sum(r.b.k for r in rows), sum(r.b.n for r in rows), mean_b, 100 * var_b**0.5 / t)
+    diff, se = mean_b - mean_a, 100 * var_d**0.5 / t
+    ci = (max(-100.0, diff - Z95 * se), min(100.0, diff + Z95 * se))
+    p = 1.0 if se == 0 else float(2 * norm.sf(abs(diff) / se))
+    if se == 0 and diff != 0:
+        p = 0.0
+    return Row("overall", ra, rb, None, ci, "z, mean of task rates", p, p, None, alpha)
 
 
 def _points(x: float) -> str:
