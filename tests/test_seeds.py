@@ -108,7 +108,6 @@ def test_report_and_compare_show_seeds(tmp_path: Path) -> None:
         (("--seeds=1000,1003",), "overlaps seed 1003"),
         (("--seeds=1000,x",), "expected whole numbers"),
         (("--seeds=1000,2000", "--seed=5"), "give one of the two"),
-        (("--seeds=1000,2000", "--eval.ci_width=0.2"), "not supported yet"),
     ],
 )
 def test_bad_seed_lists_are_one_line_errors(tmp_path: Path, flags: tuple[str, ...], needle: str) -> None:
@@ -116,3 +115,48 @@ def test_bad_seed_lists_are_one_line_errors(tmp_path: Path, flags: tuple[str, ..
     assert res.rc == 2, res.err
     assert needle in res.err and "Traceback" not in res.err
     assert not (tmp_path / "run.json").exists()
+
+
+ADAPTIVE_SEEDS = ("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=20", "--seeds=1000,2000,3000",
+                  "--eval.report=false")
+
+
+@pytest.fixture(scope="module")
+def fixed_seeds(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("fixed_seeds")
+    res = run_subprocess(*ADAPTIVE_SEEDS, f"--output_dir={out}")
+    assert res.rc == 0, res.err
+    return per_episode(out)
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [("--eval.mode=continuous", "--workers=2"), ("--eval.mode=lockstep", "--eval.batch_size=4"),
+     ("--eval.num_shards=2", "--launch=local")],
+    ids=["continuous", "lockstep", "shards2"],
+)
+def test_seeds_with_ci_width_stop_on_prefixes_that_go_round_robin_over_the_seeds(
+    tmp_path: Path, fixed_seeds: dict, mode: tuple[str, ...]
+) -> None:
+    """--seeds with --eval.ci_width: a task's prefixes take episode 0 of every seed, then
+    episode 1, ... (a task stopped at 10 holds 4, 3 and 3 episodes of the three seeds, not 10
+    of the first); the result is that prefix of the fixed multi-seed run, whatever the mode."""
+    from rollbench.results.adaptive import StopRule, decide
+
+    rule = StopRule(ci_width=0.3, block=10, max_episodes=60, seeds=3)
+    assert [rule.position(e) for e in (0, 1, 20, 40, 21)] == [0, 3, 1, 2, 4]
+    res = run_subprocess(*ADAPTIVE_SEEDS, "--eval.ci_width=0.3", *mode, f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    want = {}
+    for key in {(g, t) for g, t, _ in fixed_seeds}:
+        outcomes = {rule.position(i): v[0] for (g, t, i), v in fixed_seeds.items() if (g, t) == key}
+        cut = decide(rule, outcomes).n_episodes
+        assert cut is not None
+        want.update({k: v for k, v in fixed_seeds.items() if k[:2] == key and rule.position(k[2]) < cut})
+    assert per_episode(tmp_path) == want
+    info = load_info(tmp_path)
+    stops = [t["stop"]["n_episodes"] for t in info["per_task"]]
+    assert min(stops) == 10 and all(t["stop"]["max_episodes"] == 60 for t in info["per_task"])
+    first = next(t for t in info["per_task"] if t["stop"]["n_episodes"] == 10)
+    assert [b["n_episodes"] for b in first["per_seed"]] == [4, 3, 3]
+    assert info["adaptive"]["seeds"] == 3

@@ -121,7 +121,12 @@ def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) 
 
     def still_to_do(done: frozenset[UnitKey]) -> list[EpisodeUnit]:
         todo = pending(units, done)
-        return todo if stops is None else [u for u in todo if stops.wanted(u)]
+        if stops is None:
+            return todo
+        if isinstance(rule, StopRule) and rule.seeds > 1:  # each task's units in the order its prefixes grow
+            tasks = {key: i for i, key in enumerate(dict.fromkeys((u.task_group, u.task_id) for u in todo))}
+            todo.sort(key=lambda u: (tasks[(u.task_group, u.task_id)], rule.position(u.episode_index)))
+        return [u for u in todo if stops.wanted(u)]
 
     done = frozenset(finished)
     if cfg.eval.record_mode is not None:
@@ -204,7 +209,7 @@ def stop_rule(cfg: RunConfig) -> Rule | None:
         from rollbench.report.versus import versus_rule
 
         return versus_rule(cfg)
-    return StopRule.from_config(cfg.eval)
+    return StopRule.from_config(cfg.eval, max(1, len(cfg.seeds)))
 
 
 def write_report(output_dir: Path) -> Path | None:

@@ -91,8 +91,6 @@ class RunConfig:
                     f"{flag} is not allowed with --eval.n_episodes={n}: seed {lo} runs seeds {lo}..{lo + n - 1}, "
                     f"which overlaps seed {hi}'s; space the seeds at least {n} apart"
                 )
-        if len(seeds) > 1 and self.eval.ci_width is not None:
-            raise ConfigError(f"{flag} with --eval.ci_width is not supported yet; run one adaptive run per seed")
         if len(seeds) > 1 and self.policy.seeding == "lerobot-eval":
             raise ConfigError(
                 f"{flag} with --policy.seeding=lerobot-eval is not allowed: that seeding reproduces one lerobot-eval "

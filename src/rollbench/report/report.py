@@ -138,7 +138,7 @@ def _adaptive(run: Run) -> Iterator[str]:
         return
     from rollbench.results.adaptive import StopRule
 
-    rule = StopRule(float(a["ci_width"]), int(a["block"]), int(a["max_episodes"]))
+    rule = StopRule(float(a["ci_width"]), int(a["block"]), int(a["max_episodes"]), int(a.get("seeds", 1)))
     stops = {(t["task_group"], t["task_id"]): t.get("stop") or {} for t in run.info.get("per_task") or []}
     yield "<h2>Adaptive stopping</h2>"
     yield (f'<p class="muted">Each task stopped at the first look (every {rule.block} episodes) whose whole prefix '
@@ -148,7 +148,7 @@ def _adaptive(run: Run) -> Iterator[str]:
     tasks = []
     for t in run.tasks.values():
         stop = stops.get(t.key) or {}
-        tasks.append(plots.Narrowing(t.name, [e.success for e in sorted(t.episodes, key=lambda e: e.index)],
+        tasks.append(plots.Narrowing(t.name, [e.success for e in sorted(t.episodes, key=lambda e: rule.position(e.index))],
                                      rule.checkpoints(), stop.get("n_episodes"), str(stop.get("reason"))))
     if tasks:
         yield plots.narrowing(tasks, rule.ci_width, rule.max_episodes)

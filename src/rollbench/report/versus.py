@@ -47,6 +47,9 @@ class VersusRule:
     def max_episodes(self) -> int:
         return self._max
 
+    def position(self, episode_index: int) -> int:
+        return episode_index  # pairs in episode order (with --seeds: seed by seed)
+
     def to_json(self) -> dict[str, Any]:
         return {"versus": str(self.other_dir), "alpha": self.alpha, "margin": self.margin, "block": self.block,
                 "max_episodes": self._max}

@@ -62,7 +62,13 @@ class Rule(Protocol):
     @property
     def max_episodes(self) -> int: ...
 
-    def decide(self, key: TaskKey, outcomes: Mapping[int, bool | None]) -> TaskStop: ...
+    def decide(self, key: TaskKey, outcomes: Mapping[int, bool | None]) -> TaskStop:
+        """`outcomes`: by the rule's position of each episode (`position`)."""
+        ...
+
+    def position(self, episode_index: int) -> int:
+        """Where an episode stands in the order the rule's prefixes follow."""
+        ...
 
     def refresh(self) -> list[TaskKey]:
         """Read what the rule's outside sources (another run) added; the tasks to decide again."""
@@ -75,18 +81,31 @@ class Rule(Protocol):
 class StopRule:
     ci_width: float  # a task stops once its 95% Wilson interval is at most this wide
     block: int  # ... checked after every `block` episodes of its prefix
-    max_episodes: int  # --eval.n_episodes
+    max_episodes: int  # --eval.n_episodes (times the number of --seeds)
+    #: --seeds: the prefixes go round robin over the seeds' blocks (episode 0 of every seed, then
+    #: episode 1, ...), so a task stopped early holds every seed's first episodes, not one seed's
+    seeds: int = 1
 
     @classmethod
-    def from_config(cls, ev: EvalConfig) -> StopRule | None:
-        return None if ev.ci_width is None else cls(ev.ci_width, ev.ci_block, ev.n_episodes)
+    def from_config(cls, ev: EvalConfig, seeds: int = 1) -> StopRule | None:
+        return None if ev.ci_width is None else cls(ev.ci_width, ev.ci_block, ev.n_episodes * seeds, seeds)
+
+    def position(self, episode_index: int) -> int:
+        """Episode j * n + i (index i of seed j's block of n) comes at i * seeds + j."""
+        if self.seeds == 1:
+            return episode_index
+        per_seed = self.max_episodes // self.seeds
+        return (episode_index % per_seed) * self.seeds + episode_index // per_seed
 
     def checkpoints(self) -> list[int]:
         """Prefix lengths at which the rule looks: every block, and the maximum."""
         return sorted({*range(self.block, self.max_episodes, self.block), self.max_episodes})
 
     def to_json(self) -> dict[str, Any]:
-        return {"ci_width": self.ci_width, "block": self.block, "max_episodes": self.max_episodes}
+        out: dict[str, Any] = {"ci_width": self.ci_width, "block": self.block, "max_episodes": self.max_episodes}
+        if self.seeds > 1:
+            out["seeds"] = self.seeds
+        return out
 
     def decide(self, key: TaskKey, outcomes: Mapping[int, bool | None]) -> TaskStop:
         return decide(self, outcomes)
@@ -144,9 +163,10 @@ class Stops:
         if key in self.cutoffs:
             return False
         seen = self.outcomes[key]
-        if rec.episode_index in seen and (seen[rec.episode_index] is not None or not rec.ok):
+        at = self.rule.position(rec.episode_index)
+        if at in seen and (seen[at] is not None or not rec.ok):
             return False  # a duplicate, or a failure of a unit that has finished
-        seen[rec.episode_index] = rec.success if rec.ok else None
+        seen[at] = rec.success if rec.ok else None
         return self.redecide(key)
 
     def redecide(self, key: TaskKey) -> bool:
@@ -163,7 +183,7 @@ class Stops:
     def wanted(self, unit: EpisodeUnit | EpisodeRecord) -> bool:
         """Whether the unit still counts: its task has not stopped before its index."""
         cut = self.cutoffs.get((unit.task_group, unit.task_id))
-        return cut is None or unit.episode_index < cut
+        return cut is None or self.rule.position(unit.episode_index) < cut
 
     def decided(self, key: TaskKey) -> bool:
         return key in self.cutoffs
@@ -181,13 +201,13 @@ def apply(rule: Rule, merged: Merged) -> Applied:
     the task has not stopped: a partial run shows what it has)."""
     outcomes: dict[TaskKey, dict[int, bool | None]] = defaultdict(dict)
     for rec in merged.records.values():
-        outcomes[(rec.task_group, rec.task_id)][rec.episode_index] = rec.success if rec.ok else None
+        outcomes[(rec.task_group, rec.task_id)][rule.position(rec.episode_index)] = rec.success if rec.ok else None
     keys = list(dict.fromkeys((u.task_group, u.task_id) for u in merged.plan))
     stops = {key: rule.decide(key, outcomes[key]) for key in keys}
 
     def counts(u: EpisodeUnit | EpisodeRecord) -> bool:
         cut = stops[(u.task_group, u.task_id)].n_episodes
-        return cut is None or u.episode_index < cut
+        return cut is None or rule.position(u.episode_index) < cut
 
     kept = Merged(
         plan=[u for u in merged.plan if counts(u)],

@@ -106,8 +106,8 @@ def build(
         body = summarize(merged, descriptions, root)
     else:
         body = _adaptive_body(*stopped, merged, descriptions, root)
-    if len(cfg.seeds) > 1:
-        seed_results(body, merged, cfg.seeds, cfg.eval.n_episodes)
+    if len(cfg.seeds) > 1:  # of what counts: an adaptive run's prefixes
+        seed_results(body, merged if stopped is None else stopped[1].merged, cfg.seeds, cfg.eval.n_episodes)
     return EvalInfo(body, cfg.to_dict(), versions(cfg), how, command, this_run_s)
 
 
@@ -143,7 +143,8 @@ def _rule_aware(rule: adaptive.StopRule, applied: adaptive.Applied, body: dict[s
     error (pooling would weigh the tasks that ran longer more: results/stopped.py)."""
     outcomes: dict[tuple[str, int], dict[int, bool | None]] = {}
     for rec in applied.merged.records.values():
-        outcomes.setdefault((rec.task_group, rec.task_id), {})[rec.episode_index] = rec.success if rec.ok else None
+        where = rule.position(rec.episode_index)
+        outcomes.setdefault((rec.task_group, rec.task_id), {})[where] = rec.success if rec.ok else None
     by_group: dict[str, list[stopped.TaskEstimate]] = {}
     for entry in body["per_task"]:
         key = (entry["task_group"], entry["task_id"])
