@@ -11,6 +11,8 @@ import pytest
 
 from conftest import per_episode, run_subprocess
 from rollbench.report.sequential import sequential_tasks
+from rollbench.results import stopped
+from rollbench.results.summary import wilson
 
 BASE = ("eval", "--env.type=fake", "--policy.type=expert", "--eval.n_episodes=40", "--eval.report=false")
 
@@ -122,6 +124,14 @@ def test_a_run_against_a_finished_baseline_stops_at_the_decision(fixed60, tmp_pa
     for task in info["per_task"]:
         assert task["stop"]["reason"] == "worse" and task["stop"]["n_episodes"] == stops[task["task_id"]]
         assert task["stop"]["versus"]["e_value"] >= 1 / (0.05 / 3)
+        # the rate's interval holds under the comparison's stop: the anytime-valid one of its
+        # episodes in order (the fixed-n Wilson one kept beside it)
+        successes = [s for _, s in sorted(zip(task["metrics"]["episode_ix"], task["metrics"]["successes"], strict=True))]
+        lo, hi = stopped.anytime_interval(successes)
+        assert task["pc_success_ci95"] == task["summary"]["pc_success_ci95"] == [100 * lo, 100 * hi]
+        assert task["stop"]["wilson_ci95"] == [100 * x for x in wilson(task["n_success"], task["n_episodes"])]
+    rates = [t["n_success"] / t["n_episodes"] for t in info["per_task"]]
+    assert info["overall"]["pc_success"] == pytest.approx(100 * sum(rates) / len(rates))  # each task weighs the same
     res = run_subprocess("report", str(tmp_path))
     assert res.rc == 0, res.err
     page = (tmp_path / "report.html").read_text()

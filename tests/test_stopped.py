@@ -137,3 +137,24 @@ def test_a_task_no_rule_stopped_keeps_its_wilson_interval() -> None:
     est = stopped.fixed_estimate(7, 20)
     assert est is not None and est.rate == 0.35 and est.ci == wilson(7, 20)
     assert stopped.fixed_estimate(0, 0) is None
+
+
+@pytest.mark.parametrize(("p_a", "p_b", "rho"), [(0.5, 0.7, 0.0), (0.3, 0.6, 0.0), (0.8, 0.5, 0.3)])
+def test_a_rate_stopped_by_a_comparison_keeps_its_anytime_interval_s_coverage(p_a: float, p_b: float, rho: float) -> None:
+    """--eval.versus stops B's task when the comparison with A decides, which depends on A's
+    episodes too: no exact interval of B's rate alone exists. The betting interval of B's
+    episodes covers its rate under any stopping rule (>= 95% by Ville's inequality; 2,000
+    simulated comparisons of up to 100 pairs at alpha/10, as for ten tasks)."""
+    from rollbench.report import sequential as sq
+
+    rng = np.random.default_rng(7)
+    reps, n_max = 2000, 100
+    u = rng.random((reps, n_max))
+    v = np.where(rng.random(u.shape) < rho, u, rng.random(u.shape))
+    a, b = u < p_a, v < p_b
+    runs = sq._run(a, b, 0.005, 0.05, 10)
+    covered = 0
+    for r in range(reps):
+        lo, hi = stopped.anytime_interval(b[r, : int(runs.looks[r]) * 10])
+        covered += lo <= p_b <= hi
+    assert covered / reps >= 0.95 - 3 * (0.05 * 0.95 / reps) ** 0.5, covered / reps

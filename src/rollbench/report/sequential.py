@@ -52,6 +52,7 @@ import numpy as np
 
 from rollbench.errors import ConfigError
 from rollbench.report.stats import mcnemar_power
+from rollbench.results.stopped import capital_steps
 
 #: the largest stake, as a fraction of what the capital can lose (WSR's c; they suggest 1/2 or 3/4)
 MAX_BET = 0.75
@@ -98,27 +99,9 @@ def log_capital(d: np.ndarray, deltas: np.ndarray = GRID) -> np.ndarray:
 
 
 def _capital_steps(d: np.ndarray, deltas: np.ndarray) -> Iterator[np.ndarray]:
-    """Yield log K_t(m) of every row and candidate after each pair t = 1, 2, ... (aGRAPA bets)."""
-    y = (d + 1) / 2
-    m = (1 + deltas[None, :]) / 2
-    with np.errstate(divide="ignore"):
-        cap_up, cap_down = MAX_BET / m, -MAX_BET / (1 - m)  # inf at m = 0 or 1: y - m has one sign there
-    rows = y.shape[0]
-    # the running mean and variance of the y's so far, with a prior of one pseudo-pair
-    mu: np.ndarray = np.full(rows, 0.5)
-    var: np.ndarray = np.full(rows, 0.25)
-    total: np.ndarray = np.full(rows, 0.5)
-    squares: np.ndarray = np.full(rows, 0.25)
-    log_k = np.zeros((rows, len(deltas)))
-    for t in range(y.shape[1]):
-        dev = mu[:, None] - m
-        lam = np.clip(dev / (var[:, None] + dev * dev), cap_down, cap_up)
-        log_k = log_k + np.log1p(lam * (y[:, t : t + 1] - m))
-        yield log_k
-        total = total + y[:, t]
-        mu = total / (t + 2)
-        squares = squares + (y[:, t] - mu) ** 2
-        var = squares / (t + 2)
+    """Yield log K_t(Delta) of every row and candidate after each pair t = 1, 2, ...: the
+    betting process of results/stopped.py on y = (d + 1) / 2, whose mean is (1 + Delta) / 2."""
+    yield from capital_steps((d + 1) / 2, (1 + deltas) / 2, MAX_BET)
 
 
 def _hull(excluded: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -122,8 +122,7 @@ def _adaptive_body(
     eval_s = busy_seconds(list(merged.records.values()))  # episodes past a stop took time too
     body["overall"]["eval_s"] = eval_s
     body["overall"]["eval_ep_s"] = eval_s / max(1, body["overall"]["n_episodes"])
-    if isinstance(rule, adaptive.StopRule):
-        _rule_aware(rule, applied, body)
+    _rule_aware(rule, applied, body)
     stops = applied.stops.values()
     body["adaptive"] = {
         **rule.to_json(),
@@ -136,27 +135,38 @@ def _adaptive_body(
     return body
 
 
-def _rule_aware(rule: adaptive.StopRule, applied: adaptive.Applied, body: dict[str, Any]) -> None:
-    """--eval.ci_width: each stopped task's interval is the rule's exact one (the fixed-n Wilson
-    interval stays as `stop.wilson_ci95`), with the rule's unbiased rate beside the prefix's; a
-    group's and the run's rate is the mean of their tasks' unbiased rates, with its standard
-    error (pooling would weigh the tasks that ran longer more: results/stopped.py)."""
+def _rule_aware(rule: adaptive.Rule, applied: adaptive.Applied, body: dict[str, Any]) -> None:
+    """Numbers that hold under the rule that stopped each task (the fixed-n Wilson interval
+    stays as `stop.wilson_ci95`); a group's and the run's rate is the mean of their tasks'
+    rates with its standard error (pooling would weigh the tasks that ran longer more).
+
+    --eval.ci_width: the rule's exact interval and its unbiased rate (results/stopped.py).
+    --eval.versus: the stop depends on the other run's episodes too, so no exact interval of
+    this run's rate alone exists; the anytime-valid betting interval of its episodes, in
+    order, covers the rate under any stopping rule (wider); the rate stays the prefix's k/n,
+    whose bias under this rule is not corrected."""
     outcomes: dict[tuple[str, int], dict[int, bool | None]] = {}
     for rec in applied.merged.records.values():
         where = rule.position(rec.episode_index)
         outcomes.setdefault((rec.task_group, rec.task_id), {})[where] = rec.success if rec.ok else None
+    width = isinstance(rule, adaptive.StopRule)
     by_group: dict[str, list[stopped.TaskEstimate]] = {}
     for entry in body["per_task"]:
         key = (entry["task_group"], entry["task_id"])
-        stop = applied.stops[key]
+        stop, seen = applied.stops[key], outcomes.get(key, {})
         est = None
-        if stop.n_episodes is not None:
-            est = stopped.task_estimate(rule.ci_width, rule.checkpoints(), outcomes.get(key, {}), stop.n_episodes)
+        if stop.n_episodes is not None and isinstance(rule, adaptive.StopRule):
+            est = stopped.task_estimate(rule.ci_width, rule.checkpoints(), seen, stop.n_episodes)
+        elif stop.n_episodes is not None and entry["n_episodes"]:
+            fixed = stopped.fixed_estimate(entry["n_success"], entry["n_episodes"])
+            in_order = [bool(seen[i]) for i in sorted(seen) if i < stop.n_episodes and seen[i] is not None]
+            est = fixed and stopped.TaskEstimate(fixed.rate, stopped.anytime_interval(in_order), fixed.variance)
         if est is None:
             est = stopped.fixed_estimate(entry["n_success"], entry["n_episodes"])
         else:
             entry["stop"]["wilson_ci95"] = entry["pc_success_ci95"]
-            entry["stop"]["pc_success_unbiased"] = 100.0 * est.rate
+            if width:
+                entry["stop"]["pc_success_unbiased"] = 100.0 * est.rate
             entry["pc_success_ci95"] = entry["summary"]["pc_success_ci95"] = [100.0 * est.ci[0], 100.0 * est.ci[1]]
         if est is not None:
             by_group.setdefault(entry["task_group"], []).append(est)
@@ -169,7 +179,7 @@ def _rule_aware(rule: adaptive.StopRule, applied: adaptive.Applied, body: dict[s
         where["pc_success"] = 100.0 * mean
         where["pc_success_se"] = 100.0 * se
         where["pc_success_ci95"] = [100.0 * ci[0], 100.0 * ci[1]]
-        where["pc_success_of"] = f"the mean of {len(tasks)} tasks' unbiased rates"
+        where["pc_success_of"] = f"the mean of {len(tasks)} tasks' {'unbiased ' if width else ''}rates"
 
 
 def write(root: Path, info: EvalInfo) -> Path:

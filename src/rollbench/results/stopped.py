@@ -28,7 +28,7 @@ stop, never reached, are taken as fully counted.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -281,3 +281,52 @@ def fixed_estimate(k: int, n: int) -> TaskEstimate | None:
         return None
     shrunk = (k + 1) / (n + 2)
     return TaskEstimate(k / n, ci, shrunk * (1 - shrunk) / n)
+
+
+def capital_steps(y: np.ndarray, means: np.ndarray, max_bet: float = 0.75) -> Iterator[np.ndarray]:
+    """Yield log K_t(m) for every row of `y` (values in [0, 1], shape (rows, t)) and every
+    candidate mean m after each step t = 1, 2, ...: the capital of betting on y_t - m with
+    stakes chosen before y_t is seen (Waudby-Smith & Ramdas 2024, aGRAPA: (mu - m) / (sigma^2 +
+    (mu - m)^2) from the running mean and variance, capped at max_bet of what can be lost). A
+    nonnegative martingale when the mean is m, so the m's whose capital never reached 1/alpha
+    form a (1 - alpha) confidence sequence, valid under any stopping rule."""
+    m = np.asarray(means, dtype=float)[None, :]
+    with np.errstate(divide="ignore"):
+        cap_up, cap_down = max_bet / m, -max_bet / (1 - m)  # inf at m = 0 or 1: y - m has one sign there
+    rows = y.shape[0]
+    # the running mean and variance of the y's so far, with a prior of one pseudo-observation
+    mu: np.ndarray = np.full(rows, 0.5)
+    var: np.ndarray = np.full(rows, 0.25)
+    total: np.ndarray = np.full(rows, 0.5)
+    squares: np.ndarray = np.full(rows, 0.25)
+    log_k = np.zeros((rows, m.shape[1]))
+    for t in range(y.shape[1]):
+        dev = mu[:, None] - m
+        lam = np.clip(dev / (var[:, None] + dev * dev), cap_down, cap_up)
+        log_k = log_k + np.log1p(lam * (y[:, t : t + 1] - m))
+        yield log_k
+        total = total + y[:, t]
+        mu = total / (t + 2)
+        squares = squares + (y[:, t] - mu) ** 2
+        var = squares / (t + 2)
+
+
+#: the rates an anytime interval is evaluated at (step 0.0025)
+RATE_GRID = np.linspace(0.0, 1.0, 401)
+
+
+def anytime_interval(successes: Sequence[bool], alpha: float = ALPHA) -> tuple[float, float]:
+    """The (1 - alpha) betting confidence sequence of a success rate after these episodes, in
+    their order: it covers the rate whatever rule stopped them (a comparison against another
+    run included), at the price of being wider than a fixed-n interval. The hull of the grid
+    rates never excluded."""
+    y = np.asarray(successes, dtype=float)[None, :]
+    if y.shape[1] == 0:
+        return 0.0, 1.0
+    excluded = np.zeros(len(RATE_GRID), dtype=bool)
+    for log_k in capital_steps(y, RATE_GRID):
+        excluded |= log_k[0] >= math.log(1 / alpha)
+    left = np.flatnonzero(~excluded)
+    if len(left) == 0:
+        return 0.0, 1.0
+    return float(RATE_GRID[left[0]]), float(RATE_GRID[left[-1]])
