@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import per_episode, run_subprocess
-from rollbench.report.sequential import sequential_tasks
+from rollbench.report.sequential import fixed_budget_test, sequential_tasks
 from rollbench.results import stopped
 from rollbench.results.summary import wilson
 
@@ -51,6 +51,29 @@ def test_the_sequential_verdict_is_the_tests_on_the_paired_episodes(runs: tuple[
     assert f"uses {used} of 120 pairs per run" in res.out
 
 
+def test_the_fixed_budget_design_is_the_group_sequential_test_on_the_paired_episodes(runs: tuple[Path, Path]) -> None:
+    a, b = runs
+    res = run_subprocess("compare", str(a), str(b), "--sequential", "--design=fixed")
+    assert res.rc == 0, res.err
+    ea, eb = per_episode(a), per_episode(b)
+    names = {0: "near", 1: "mid", 2: "far"}
+    pairs = {
+        names[t]: ([ea[("all", t, i)][0] for i in range(40)], [eb[("all", t, i)][0] for i in range(40)])
+        for t in range(3)
+    }
+    want = sequential_tasks(pairs, 0.05, 0.05, 10, "fixed")
+    assert "fixed budget" in res.out and "[repeated CI]" in res.out
+    lines = {
+        line.split()[0]: line for line in res.out.splitlines() if re.match(r"^(near|mid|far|pooled)\s+\d+ of", line)
+    }
+    for name, r in want.tasks.items():
+        assert r == fixed_budget_test(*pairs[name], 40, 0.05 / 3, 10)
+        used = r.stopped_at if r.stopped_at is not None else 40
+        assert lines[name].split()[1:4] == [str(used), "of", "40"] and lines[name].split()[-1] == r.decision
+        lo, hi = r.interval
+        assert f"[{100 * lo:+.1f}, {100 * hi:+.1f}]" in lines[name]
+
+
 def test_a_run_without_seeds_needs_the_seed_it_ran_with(runs: tuple[Path, Path], tmp_path: Path) -> None:
     info = json.loads((runs[0] / "eval_info.json").read_text())
     for task in info["per_task"]:  # as lerobot-eval writes it: no seeds
@@ -70,6 +93,9 @@ def test_a_run_without_seeds_needs_the_seed_it_ran_with(runs: tuple[Path, Path],
         (("--margin=0.1",), "add --sequential"),
         (("--sequential", "--block=0"), "--block='0'"),
         (("--sequential", "--margin=2"), "--margin='2'"),
+        (("--design=fixed",), "add --sequential"),
+        (("--sequential", "--design=bayes"), "--design='bayes'"),
+        (("--sequential", "--design=fixed", "--margin=0.1"), "decides better or worse only"),
     ],
 )
 def test_bad_sequential_flags_are_one_line_errors(runs: tuple[Path, Path], flags: tuple[str, ...], needle: str) -> None:

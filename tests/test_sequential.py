@@ -271,3 +271,74 @@ def test_simulation_is_fast_and_reproducible():
     print(f"\n2,000 simulations of 200 pairs: {elapsed:.2f} s")
     assert elapsed < 10
     assert s == sq.simulate(0.5, 0.6, n_max=200, n_sims=2000, rng=5)
+
+
+# -- the fixed-budget design: an exact group-sequential McNemar test -------------------------
+
+
+@pytest.mark.parametrize("pattern", ["all discordant", "some concordant"])
+def test_the_fixed_budget_level_by_enumerating_every_sequence(pattern):
+    """P(better or worse) under no difference, summed exactly over all 2^16 ways B can win the
+    discordant pairs (each a fair coin): at most alpha, and not far below (the boundaries
+    spend it). Looks every 4 pairs, budget 16 (or 24 pairs, 8 of them concordant)."""
+    alpha, block = 0.05, 4
+    wins = np.array(list(itertools.product((False, True), repeat=16)))
+    if pattern == "all discordant":
+        disc = np.ones_like(wins)
+        budget = 16
+    else:  # pairs 3, 6, 9, ... concordant: the walk waits there
+        budget = 24
+        disc = np.ones((len(wins), budget), dtype=bool)
+        disc[:, 2::3] = False
+        full = np.zeros((len(wins), budget), dtype=bool)
+        full[disc] = wins.reshape(-1)
+        wins = full
+    up, down, ends = sq._group_sequential(disc, wins, np.full(len(wins), 0.5), alpha, block, budget)
+    assert ends == list(range(block, budget + 1, block))
+    rejected = float((up | down).any(axis=1).mean())  # each sequence has chance 2^-16
+    print(f"\nexact level of the fixed-budget test ({pattern}): {rejected:.4f}")
+    assert 0.02 < rejected <= alpha
+    assert not (up & down).any()
+
+
+def test_the_fixed_budget_test_has_mcnemar_s_power_with_fewer_pairs():
+    """At the fixed-n McNemar sample size for 80% power, the fixed-budget test keeps that power
+    and stops earlier on average; the anytime design, given the same budget, has far less."""
+    rng = np.random.default_rng(21)
+    for p_a, p_b, rho in [(0.5, 0.8, 0.0), (0.6, 0.8, 0.0)]:
+        only_a, only_b = sq.discordance(p_a, p_b, rho)
+        budget = sq.fixed_n_for_power(only_a, only_b, 0.05, 0.8)
+        assert budget is not None
+        s = sq.simulate(p_a, p_b, budget, 2000, alpha=0.05, block=10, rng=rng, rho=rho, design="fixed")
+        anytime = sq.simulate(p_a, p_b, budget, 2000, alpha=0.05, block=10, rng=rng, rho=rho)
+        print(f"\n{p_a} vs {p_b}, budget {budget}: fixed-budget power {s.power:.3f} in {s.mean_pairs:.1f} pairs, "
+              f"anytime {anytime.power:.3f}, McNemar {s.fixed_power:.3f}")
+        assert s.power is not None and anytime.power is not None
+        assert s.power >= s.fixed_power - three_se(0.8, 2000)
+        assert s.mean_pairs < 0.9 * budget
+        assert anytime.power < s.power - 0.15
+
+
+def test_the_fixed_budget_false_positive_rate():
+    s = sq.simulate(0.5, 0.5, 200, 2000, alpha=0.05, block=10, rng=22, design="fixed")
+    assert s.rejection_rate <= 0.05 + three_se(0.05, 2000)
+    assert s.equivalent == 0.0  # the fixed design decides better or worse only
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.tuples(st.booleans(), st.booleans()), min_size=0, max_size=80),
+    st.sampled_from([0.05, 0.2]),
+    st.sampled_from([1, 5, 10]),
+)
+def test_every_fixed_budget_decision_agrees_with_its_interval(pairs, alpha, block):
+    a, b = [x for x, _ in pairs], [y for _, y in pairs]
+    r = sq.fixed_budget_test(a, b, max(1, len(pairs)), alpha=alpha, block=block)
+    lo, hi = r.interval
+    assert lo <= hi
+    if r.decision == "better":
+        assert lo > 0
+    elif r.decision == "worse":
+        assert hi < 0
+    else:
+        assert r.decision == "undecided" and lo <= 0 <= hi

@@ -13,7 +13,7 @@ from rollbench.report.html import esc, output_file, page, table, write_atomic
 from rollbench.report.runs import Run, command_line, load_run
 
 COMPARE_HELP = """usage: rollbench compare A B [--html=OUT] [--fail-if-worse] [--alpha=0.05] [--seed_a=S] [--seed_b=S]
-                         [--sequential [--margin=0.05] [--block=10]]
+                         [--sequential [--margin=0.05] [--block=10] [--design=anytime|fixed]]
 
 Is B better than A, on which tasks, and can the data tell? A and B are output directories
 of `rollbench eval` or `lerobot-eval`, or their eval_info.json files. For every task both
@@ -38,6 +38,10 @@ counts or step limits.
                      says where each task would have stopped (docs/compare.md)
   --margin=M         --sequential: equivalence margin of B - A, as a fraction (default 0.05)
   --block=K          --sequential: pairs between two looks (default 10)
+  --design=D         --sequential: anytime (default: stop at any look, equivalence too, no
+                     budget needed) or fixed (the pairs the runs have are the budget: an
+                     exact group-sequential McNemar test with the fixed-n test's power,
+                     better or worse only)
 
 exit codes: 0 compared, 1 B is worse (with --fail-if-worse), 2 bad arguments"""
 
@@ -155,6 +159,13 @@ def _seed(flag: str) -> Callable[[str], int]:
     return parse
 
 
+def _design(value: str) -> str:
+    if value not in ("anytime", "fixed"):
+        raise ConfigError(f"--design={value!r} is not allowed; it must be anytime (stop at any look, equivalence too) "
+                          f"or fixed (the runs' pairs are the budget: a group-sequential McNemar test)")
+    return value
+
+
 def _block(value: str) -> int:
     try:
         block = int(value)
@@ -168,7 +179,7 @@ def _block(value: str) -> int:
 PARSERS: dict[str, Callable[[str], Any]] = {
     "html": functools.partial(output_file, "html"), "fail-if-worse": _bool("fail-if-worse"), "fail_if_worse": _bool("fail_if_worse"),
     "alpha": _fraction("alpha", ", e.g. 0.05"), "seed_a": _seed("seed_a"), "seed_b": _seed("seed_b"),
-    "sequential": _bool("sequential"), "block": _block,
+    "sequential": _bool("sequential"), "block": _block, "design": _design,
     "margin": _fraction("margin", " (a difference of success rates, e.g. 0.05 = 5 points)"),
 }
 
@@ -180,7 +191,7 @@ def compare_main(positional: list[str], flags: dict[str, Any]) -> int:
         if key not in PARSERS:
             hint = did_you_mean(key, PARSERS, "--{}".format)
             raise ConfigError(f"unknown flag --{key} for rollbench compare.{hint} Flags: --html, --fail-if-worse, --alpha, "
-                              f"--seed_a, --seed_b, --sequential, --margin, --block")
+                              f"--seed_a, --seed_b, --sequential, --margin, --block, --design")
         opts[key.replace("-", "_")] = PARSERS[key](str(value))
     if len(positional) != 2:
         raise ConfigError(f"rollbench compare takes two runs, A and B (got {len(positional)}); usage: rollbench compare A B")
@@ -193,13 +204,17 @@ def compare_main(positional: list[str], flags: dict[str, Any]) -> int:
             f"rollbench compare: A={positional[0]!r} and B={positional[1]!r} share no task with episodes "
             f"(A: {', '.join(t.name for t in a.tasks.values()) or 'none'}; B: {', '.join(t.name for t in b.tasks.values()) or 'none'})"
         ) from None
-    if not opts.get("sequential") and ("margin" in opts or "block" in opts):
-        raise ConfigError("--margin and --block belong to a sequential comparison; add --sequential")
+    if not opts.get("sequential") and ("margin" in opts or "block" in opts or "design" in opts):
+        raise ConfigError("--margin, --block and --design belong to a sequential comparison; add --sequential")
+    if opts.get("design") == "fixed" and "margin" in opts:
+        raise ConfigError("--margin is the anytime design's equivalence margin; --design=fixed decides better or worse only")
     seq = None
     if opts.get("sequential"):
         from rollbench.report.sequential_cmd import sequential_compare
 
-        seq = sequential_compare(a, b, opts.get("alpha", 0.05), opts.get("margin", 0.05), opts.get("block", 10))
+        seq = sequential_compare(
+            a, b, opts.get("alpha", 0.05), opts.get("margin", 0.05), opts.get("block", 10), opts.get("design", "anytime")
+        )
     print(text(cmp))
     if seq is not None:
         print("\n" + seq.text())

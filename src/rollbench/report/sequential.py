@@ -61,6 +61,9 @@ GRID = np.linspace(-1.0, 1.0, 401)
 _ZERO = 200  # GRID[_ZERO] == 0
 
 Decision = Literal["better", "worse", "equivalent", "undecided"]
+#: anytime: stop at any look, for a difference or equivalence; fixed: a budget of pairs fixed
+#: in advance, an exact group-sequential McNemar test (better or worse only)
+Design = Literal["anytime", "fixed"]
 _DECISIONS: tuple[Decision, ...] = ("undecided", "better", "worse", "equivalent")
 
 
@@ -158,6 +161,129 @@ def _run(a: np.ndarray, b: np.ndarray, alpha: float, margin: float, block: int) 
     return _Runs(*(np.take_along_axis(values, stop[:, None], axis=1)[:, 0] for values in at_stop))
 
 
+# -- a fixed budget: an exact group-sequential McNemar test --------------------------------
+
+
+def spent(alpha: float, fraction: float) -> float:
+    """O'Brien-Fleming-like alpha spending (Lan & DeMets 1983): how much of the two-sided
+    alpha may be spent once `fraction` of the budget's pairs are in. Little early, nearly
+    all at the end, so the last look keeps close to the fixed-n test's power."""
+    from scipy.stats import norm
+
+    if fraction <= 0:
+        return 0.0
+    return float(2 * (1 - norm.cdf(norm.ppf(1 - alpha / 2) / math.sqrt(min(1.0, fraction)))))
+
+
+def _look_ends(n: int, block: int, budget: int) -> list[int]:
+    """The pair counts the fixed-budget test looks at: every block below the budget, and the
+    budget itself, as far as `n` pairs go."""
+    ends = [*range(block, budget, block), budget]
+    return [t for t in ends if t <= n]
+
+
+def _group_sequential(
+    disc: np.ndarray, wins: np.ndarray, q: np.ndarray, alpha: float, block: int, budget: int
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """For each row (its discordant pairs, B's wins among them, and a share q of wins to test),
+    whether the exact group-sequential test rejects "B wins a discordant pair with chance q"
+    at each look, upward and downward: shapes (rows, looks) each, and the looks' pair counts.
+
+    Given which pairs are discordant, S = B's wins - A's wins is a random walk of +-1 steps
+    (+1 with chance q) over them. At each look the boundaries u (and l) are the least extreme
+    whose exact chance of being reached, on paths not stopped before, keeps each side's
+    running total within spent(alpha, pairs / budget) / 2; unspent alpha carries forward. The
+    chances are conditional on the discordant pattern, so the level holds whatever it is."""
+    rows, n = disc.shape
+    ends = _look_ends(n, block, budget)
+    width = 2 * max(ends, default=0) + 1
+    centre = width // 2
+    mass = np.zeros((rows, width))
+    mass[:, centre] = 1.0
+    crossed_up, crossed_down = np.zeros(rows), np.zeros(rows)
+    s_obs = np.zeros(rows, dtype=int)
+    up, down = np.zeros((rows, len(ends)), dtype=bool), np.zeros((rows, len(ends)), dtype=bool)
+    qq = q[:, None]
+    look = 0
+    for t in range(max(ends, default=0)):
+        moving = disc[:, t]
+        if moving.any():
+            stepped = np.zeros_like(mass)
+            stepped[:, 1:] += qq * mass[:, :-1]
+            stepped[:, :-1] += (1 - qq) * mass[:, 1:]
+            mass = np.where(moving[:, None], stepped, mass)
+        s_obs += np.where(moving, np.where(wins[:, t], 1, -1), 0)
+        if t + 1 != ends[look]:
+            continue
+        side = spent(alpha, (t + 1) / budget) / 2
+        upper = np.cumsum(mass[:, ::-1], axis=1)[:, ::-1]  # P(S >= s), not stopped before
+        lower = np.cumsum(mass, axis=1)  # P(S <= s)
+        ok_up = upper <= (side - crossed_up)[:, None] + 1e-15
+        ok_up[:, : centre + 1] = False  # a boundary above 0
+        ok_down = lower <= (side - crossed_down)[:, None] + 1e-15
+        ok_down[:, centre:] = False
+        has_up, has_down = ok_up.any(axis=1), ok_down.any(axis=1)
+        u = np.where(has_up, np.argmax(ok_up, axis=1), width)  # the least extreme allowed
+        l_ = np.where(has_down, width - 1 - np.argmax(ok_down[:, ::-1], axis=1), -1)
+        idx = np.arange(width)[None, :]
+        crossed_up += np.where(has_up, upper[np.arange(rows), np.minimum(u, width - 1)], 0.0)
+        crossed_down += np.where(has_down, lower[np.arange(rows), np.maximum(l_, 0)], 0.0)
+        mass = np.where((idx >= u[:, None]) | (idx <= l_[:, None]), 0.0, mass)
+        pos = s_obs + centre
+        up[:, look], down[:, look] = pos >= u, pos <= l_
+        look += 1
+        if look == len(ends):
+            break
+    return up, down, ends
+
+
+#: the shares of B's wins among discordant pairs the fixed-budget interval is evaluated at
+_Q_GRID = np.linspace(0.0, 1.0, 201)
+
+
+def fixed_budget_test(
+    a: Sequence[int | bool], b: Sequence[int | bool], budget: int, alpha: float = 0.05, block: int = 10
+) -> SequentialResult:
+    """The fixed-budget design: looks every `block` pairs up to `budget`, an exact
+    group-sequential McNemar test (`_group_sequential` at q = 1/2) deciding better or worse;
+    no equivalence. The interval is the repeated confidence interval of the same test: every
+    share q of B's wins that its boundaries at the stopping look do not reject, as p_B - p_A
+    = psi (2q - 1) with psi, the chance of a discordant pair, at its 95% Clopper-Pearson
+    bounds. It excludes 0 exactly when the test decides (q = 1/2 is rejected)."""
+    from scipy.stats import beta
+
+    _check(alpha, 0.0, block)
+    if len(a) != len(b):
+        raise ConfigError(f"A and B must be paired episode by episode, but A has {len(a)} outcomes and B {len(b)}")
+    if budget < 1:
+        raise ConfigError(f"the budget must be at least 1 pair, got {budget}")
+    xa, xb = _outcomes(a, "A")[:budget], _outcomes(b, "B")[:budget]
+    disc, wins = (xa != xb)[None], (xb & ~xa)[None]
+    up, down, ends = _group_sequential(disc, wins, np.array([0.5]), alpha, block, budget)
+    if not ends:
+        return SequentialResult("undecided", 0, 0, 0, 1.0, 1.0, (-1.0, 1.0), None, alpha)
+    decided = up[0] | down[0]
+    k = int(np.argmax(decided)) if decided.any() else len(ends) - 1
+    n_pairs = ends[k]
+    d, x = int(disc[0, :n_pairs].sum()), int(wins[0, :n_pairs].sum())
+    decision: Decision = "better" if up[0, k] else "worse" if down[0, k] else "undecided"
+    # the repeated confidence interval at look k, over a grid of q
+    grid_up, grid_down, _ = _group_sequential(
+        np.repeat(disc[:, :n_pairs], len(_Q_GRID), axis=0), np.repeat(wins[:, :n_pairs], len(_Q_GRID), axis=0),
+        _Q_GRID, alpha, block, budget,
+    )
+    kept = ~(grid_up[:, k] | grid_down[:, k])
+    q_lo, q_hi = (float(_Q_GRID[kept][0]), float(_Q_GRID[kept][-1])) if kept.any() else (0.5, 0.5)
+    psi_lo = 0.0 if d == 0 else float(beta.ppf(0.025, d, n_pairs - d + 1))
+    psi_hi = 1.0 if d == n_pairs else float(beta.ppf(0.975, d + 1, n_pairs - d))
+    lo = (psi_lo if q_lo > 0.5 else psi_hi) * (2 * q_lo - 1)
+    hi = (psi_lo if q_hi < 0.5 else psi_hi) * (2 * q_hi - 1)
+    return SequentialResult(
+        decision=decision, n_pairs=n_pairs, n_discordant=d, b_wins=x, e_value=math.nan, p_value=math.nan,
+        interval=(lo, hi), stopped_at=None if decision == "undecided" else n_pairs, alpha=alpha,
+    )
+
+
 def _check(alpha: float, margin: float, block: int) -> None:
     if not 0 < alpha < 1:
         raise ConfigError(f"alpha must be in (0, 1), got {alpha}")
@@ -203,8 +329,16 @@ def sequential_tasks(
     alpha: float = 0.05,
     margin: float = 0.05,
     block: int = 10,
+    design: Design = "anytime",
 ) -> TaskComparison:
-    """Each task at alpha / T, and all tasks pooled in round robin at alpha (blocks of block * T)."""
+    """Each task at alpha / T, and all tasks pooled in round robin at alpha (blocks of block * T).
+    design "fixed": the fixed-budget test, each task's budget the pairs it has."""
+
+    def test(a: Sequence[int | bool], b: Sequence[int | bool], level: float, looks: int) -> SequentialResult:
+        if design == "fixed":
+            return fixed_budget_test(a, b, len(a), level, looks)
+        return sequential_test(a, b, level, margin, looks)
+
     _check(alpha, margin, block)
     if not pairs_by_task:
         raise ConfigError("no tasks to compare")
@@ -214,12 +348,12 @@ def sequential_tasks(
         a, b = pairs_by_task[name]
         if len(a) != len(b):
             raise ConfigError(f"task {name!r}: A has {len(a)} outcomes and B {len(b)}; pair them episode by episode")
-        tasks[name] = sequential_test(a, b, alpha / len(names), margin, block)
+        tasks[name] = test(a, b, alpha / len(names), block)
     longest = max(len(pairs_by_task[name][0]) for name in names)
     order = [(name, i) for i in range(longest) for name in names if i < len(pairs_by_task[name][0])]
     pooled_a = [pairs_by_task[name][0][i] for name, i in order]
     pooled_b = [pairs_by_task[name][1][i] for name, i in order]
-    return TaskComparison(tasks, sequential_test(pooled_a, pooled_b, alpha, margin, block * len(names)))
+    return TaskComparison(tasks, test(pooled_a, pooled_b, alpha, block * len(names)))
 
 
 @dataclass(frozen=True)
@@ -294,8 +428,10 @@ def simulate(
     block: int = 10,
     rng: np.random.Generator | int | None = None,
     rho: float = 0.0,
+    design: Design = "anytime",
 ) -> Simulation:
-    """Run `sequential_test` on n_sims simulated comparisons of n_max pairs each.
+    """Run `sequential_test` (design "fixed": `fixed_budget_test`, n_max the budget) on n_sims
+    simulated comparisons of n_max pairs each.
 
     With chance rho a pair shares one uniform draw (a = u < p_a, b = u < p_b: the most
     agreement the two rates allow), else the two are drawn independently.
@@ -306,9 +442,19 @@ def simulate(
     rng = np.random.default_rng(rng)
     u = rng.random((n_sims, n_max))
     v = np.where(rng.random((n_sims, n_max)) < rho, u, rng.random((n_sims, n_max)))
-    runs = _run(u < p_a, v < p_b, alpha, margin, block)
-    share = [float(np.mean(runs.decision == k)) for k in range(4)]
-    pairs = runs.looks * block
+    if design == "fixed":
+        a, b = u < p_a, v < p_b
+        up, down, ends = _group_sequential(a != b, b & ~a, np.full(n_sims, 0.5), alpha, block, n_max)
+        decided = up | down
+        at = np.where(decided.any(axis=1), decided.argmax(axis=1), len(ends) - 1)
+        rows = np.arange(n_sims)
+        code = np.where(up[rows, at], 1, np.where(down[rows, at], 2, 0))
+        share = [float(np.mean(code == k)) for k in range(4)]
+        pairs = np.array(ends)[at]
+    else:
+        runs = _run(u < p_a, v < p_b, alpha, margin, block)
+        share = [float(np.mean(runs.decision == k)) for k in range(4)]
+        pairs = runs.looks * block
     only_a, only_b = discordance(p_a, p_b, rho)
     sim = Simulation(
         p_a, p_b, rho, n_max, n_sims, better=share[1], worse=share[2], equivalent=share[3], undecided=share[0],

@@ -27,6 +27,7 @@ class SequentialComparison:
     alpha: float
     margin: float
     block: int
+    design: sequential.Design = "anytime"
 
     def used(self, key: TaskKey) -> int:
         r = self.result.tasks[self.names[key]]
@@ -36,7 +37,7 @@ class SequentialComparison:
         n = r.stopped_at if r.stopped_at is not None else of
         ka, kb = sum(a[:n]), sum(b[:n])
         lo, hi = r.interval
-        return (name, f"{n} of {of}", f"{ka}/{n}", f"{kb}/{n}", f"{r.b_wins}/{r.n_discordant}", f"{r.e_value:.3g}",
+        return (name, f"{n} of {of}", f"{ka}/{n}", f"{kb}/{n}", f"{r.b_wins}/{r.n_discordant}", _e(r.e_value),
                 f"{100 * (kb - ka) / max(n, 1):+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]", r.decision)
 
     def pooled_order(self) -> tuple[list[bool], list[bool]]:
@@ -60,15 +61,19 @@ class SequentialComparison:
             lo, hi = pooled.interval
             ka, kb = sum(pa[:n]), sum(pb[:n])
             rows.append(("pooled", f"{n} of {len(pa)}", f"{ka}/{n}", f"{kb}/{n}", f"{pooled.b_wins}/{pooled.n_discordant}",
-                         f"{pooled.e_value:.3g}", f"{100 * (kb - ka) / max(n, 1):+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]",
+                         _e(pooled.e_value), f"{100 * (kb - ka) / max(n, 1):+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]",
                          pooled.decision))
         widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
         t = len(self.names)
-        lines = [
-            f"sequential comparison (anytime-valid; a look every {self.block} pairs; each of {t} task{'s' * (t != 1)} "
-            f"at alpha/{t} = {self.alpha / t:.3g}, pooled at {self.alpha:g}; equivalent: the whole interval "
-            f"within +-{100 * self.margin:g} points; docs/compare.md)",
-        ]
+        levels = f"each of {t} task{'s' * (t != 1)} at alpha/{t} = {self.alpha / t:.3g}, pooled at {self.alpha:g}"
+        if self.design == "fixed":
+            lines = [f"sequential comparison (fixed budget: the pairs each task has; an exact group-sequential McNemar "
+                     f"test, O'Brien-Fleming spending, a look every {self.block} pairs; {levels}; interval: its repeated "
+                     f"confidence interval; docs/compare.md)"]
+            rows[0] = (*HEADER[:5], "e-value", "B - A, points [repeated CI]", "decision")
+        else:
+            lines = [f"sequential comparison (anytime-valid; a look every {self.block} pairs; {levels}; equivalent: the "
+                     f"whole interval within +-{100 * self.margin:g} points; docs/compare.md)"]
         for j, row in enumerate(rows):
             lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
             if j == 0 or (j == len(rows) - 2 and t > 1):
@@ -107,7 +112,13 @@ def paired_outcomes(a: Run, b: Run) -> dict[TaskKey, tuple[list[bool], list[bool
     return out
 
 
-def sequential_compare(a: Run, b: Run, alpha: float, margin: float, block: int) -> SequentialComparison:
+def _e(value: float) -> str:
+    return "-" if value != value else f"{value:.3g}"  # NaN: the fixed-budget test has no e-value
+
+
+def sequential_compare(
+    a: Run, b: Run, alpha: float, margin: float, block: int, design: sequential.Design = "anytime"
+) -> SequentialComparison:
     outcomes = paired_outcomes(a, b)
     if not outcomes:
         raise ConfigError("rollbench compare --sequential: A and B ran no episode of the same task with the same seed; "
@@ -115,5 +126,7 @@ def sequential_compare(a: Run, b: Run, alpha: float, margin: float, block: int) 
     names = {key: a.tasks[key].name for key in outcomes}
     if len(set(names.values())) < len(names):
         names = {key: f"{key[0]}/{key[1]} {name}" for key, name in names.items()}
-    result = sequential.sequential_tasks({names[k]: v for k, v in outcomes.items()}, alpha, margin, block)
-    return SequentialComparison(names, {k: len(v[0]) for k, v in outcomes.items()}, result, outcomes, alpha, margin, block)
+    result = sequential.sequential_tasks({names[k]: v for k, v in outcomes.items()}, alpha, margin, block, design)
+    return SequentialComparison(
+        names, {k: len(v[0]) for k, v in outcomes.items()}, result, outcomes, alpha, margin, block, design
+    )
