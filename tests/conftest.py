@@ -31,13 +31,8 @@ TESTS = Path(__file__).resolve().parent
 #: modules to two pytest processes (--dist loadscope), and one of these started last would
 #: run alone while the other process idles (longest first keeps both busy to the end)
 SLOW_FIRST = (
-    "test_lerobot_env_parity.py",
-    "test_lerobot_vla.py",
-    "test_lerobot_bridge.py",
-    "test_lerobot_metaworld.py",
-    "test_libero.py",
-    "test_lerobot.py",
-    "test_ray.py",
+    "test_lerobot_env_parity.py", "test_lerobot_vla.py", "test_lerobot_bridge.py", "test_lerobot_metaworld.py",
+    "test_libero.py", "test_lerobot.py", "test_ray.py",
 )
 
 
@@ -107,11 +102,7 @@ def run_subprocess(*args: str, timeout: float = 300, **env: str) -> CliResult:
     """Run `python -m rollbench ARGS` as a real process (tests/ on PYTHONPATH for plugins)."""
     proc = subprocess.run(
         [sys.executable, "-m", "rollbench", *_quiet(args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=subprocess_env(**env),
-        cwd=REPO,
+        capture_output=True, text=True, timeout=timeout, env=subprocess_env(**env), cwd=REPO,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
@@ -128,10 +119,6 @@ def per_episode(output_dir: str | Path) -> dict[tuple[str, int, int], tuple[Any,
         m = task["metrics"]
         for i, ep in enumerate(m["episode_ix"]):
             out[(task["task_group"], task["task_id"], ep)] = (
-                m["successes"][i],
-                m["sum_rewards"][i],
-                m["max_rewards"][i],
-                m["n_steps"][i],
-                m["seeds"][i],
+                m["successes"][i], m["sum_rewards"][i], m["max_rewards"][i], m["n_steps"][i], m["seeds"][i],
             )
     return out

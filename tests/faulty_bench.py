@@ -71,9 +71,7 @@ class IndexCheckEnv(CountdownEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         self.index_at_reset = getattr(self, "episode_index", None)
         if seed is not None and self.index_at_reset != (seed - 1000) % 1000:
-            raise RuntimeError(
-                f"reset(seed={seed}) saw episode_index={self.index_at_reset}, expected {(seed - 1000) % 1000}"
-            )
+            raise RuntimeError(f"reset(seed={seed}) saw episode_index={self.index_at_reset}, expected {(seed - 1000) % 1000}")
         return super().reset(seed=seed, options=options)
 
 

@@ -63,14 +63,11 @@ def libero_default(ctx: Any) -> _Checking:
     from rollbench.lerobot_line import before_0_5
 
     size = 256 if before_0_5() else 360
-    return _Checking(
-        ctx,
-        {
-            "observation.images.image": ((size, size, 3), "uint8"),
-            "observation.images.image2": ((size, size, 3), "uint8"),
-            "observation.state": ((8,), "float32"),
-        },
-    )
+    return _Checking(ctx, {
+        "observation.images.image": ((size, size, 3), "uint8"),
+        "observation.images.image2": ((size, size, 3), "uint8"),
+        "observation.state": ((8,), "float32"),
+    })
 
 
 class _LiberoInitStateCheck:
@@ -95,9 +92,7 @@ class _LiberoInitStateCheck:
         for row, slot in enumerate(slots):
             if slot in self.expected:  # the episode's first step
                 index, joints = self.expected.pop(slot)
-                assert np.array_equal(state[row], joints), (
-                    f"episode {index} did not start from init_states[{index} % n]"
-                )
+                assert np.array_equal(state[row], joints), f"episode {index} did not start from init_states[{index} % n]"
         return np.zeros((len(slots), *self.space.shape), dtype=self.space.dtype)
 
 

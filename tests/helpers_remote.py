@@ -67,10 +67,7 @@ def serve_process(port: int, *flags: str, stderr: Any = subprocess.PIPE, **env: 
 
     proc = subprocess.Popen(
         [sys.executable, str(TESTS / "helpers_remote.py"), f"--port={port}", *flags],
-        stdout=subprocess.DEVNULL,
-        stderr=stderr,
-        text=True,
-        env=subprocess_env(**env),
+        stdout=subprocess.DEVNULL, stderr=stderr, text=True, env=subprocess_env(**env),
     )
     wait_healthy(port, timeout=120, proc=proc)
     return proc

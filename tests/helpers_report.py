@@ -23,13 +23,8 @@ def mt10(factory: pytest.TempPathFactory, policy: str, seed: int = 1000, rendere
     if key not in _RUNS:
         out = factory.mktemp(f"mt10-{policy}-{seed}-{rendered}")
         res = run_subprocess(
-            "eval",
-            "--env.type=metaworld",
-            "--env.task=mt10",
-            f"--policy.type={policy}",
-            f"--eval.n_episodes={MT10_EPISODES}",
-            f"--eval.max_episodes_rendered={rendered}",
-            f"--seed={seed}",
+            "eval", "--env.type=metaworld", "--env.task=mt10", f"--policy.type={policy}",
+            f"--eval.n_episodes={MT10_EPISODES}", f"--eval.max_episodes_rendered={rendered}", f"--seed={seed}",
             f"--output_dir={out}",
         )
         assert res.rc == 0, res.err[-3000:]
@@ -37,20 +32,12 @@ def mt10(factory: pytest.TempPathFactory, policy: str, seed: int = 1000, rendere
     return _RUNS[key]
 
 
-def task(
-    name: str,
-    successes: Sequence[bool],
-    seeds: Sequence[int] | None = None,
-    n_steps: Sequence[int] | None = None,
-    group: str = "suite",
-    task_id: int = 0,
-) -> dict[str, Any]:
+def task(name: str, successes: Sequence[bool], seeds: Sequence[int] | None = None,
+         n_steps: Sequence[int] | None = None, group: str = "suite", task_id: int = 0) -> dict[str, Any]:
     """One per_task entry; without seeds it is what lerobot-eval writes."""
     metrics: dict[str, Any] = {
-        "sum_rewards": [float(s) for s in successes],
-        "max_rewards": [float(s) for s in successes],
-        "successes": list(successes),
-        "video_paths": [],
+        "sum_rewards": [float(s) for s in successes], "max_rewards": [float(s) for s in successes],
+        "successes": list(successes), "video_paths": [],
     }
     entry: dict[str, Any] = {"task_group": group, "task_id": task_id, "metrics": metrics}
     if seeds is not None:  # what rollbench adds
@@ -66,11 +53,7 @@ def write_info(path: Path, tasks: list[dict[str, Any]], **extra: Any) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     n = sum(len(t["metrics"]["successes"]) for t in tasks)
     k = sum(sum(t["metrics"]["successes"]) for t in tasks)
-    info = {
-        "per_task": tasks,
-        "per_group": {},
-        "overall": {"pc_success": 100 * k / max(1, n), "n_episodes": n, "eval_s": 1.0},
-    }
+    info = {"per_task": tasks, "per_group": {}, "overall": {"pc_success": 100 * k / max(1, n), "n_episodes": n, "eval_s": 1.0}}
     (path / "eval_info.json").write_text(json.dumps({**info, **extra}))
     return path
 
@@ -92,11 +75,8 @@ def resource_refs(html: str) -> list[str]:
 
 def offline_problems(html: str) -> list[str]:
     """What would make a page fetch from the network or run code: empty for a good page."""
-    problems = [
-        f"external reference {u!r}"
-        for u in resource_refs(html)
-        if re.match(r"^\s*(?:[a-z][a-z0-9+.-]*:|//)", u, re.I) and not u.startswith("#")
-    ]
+    problems = [f"external reference {u!r}" for u in resource_refs(html)
+                if re.match(r"^\s*(?:[a-z][a-z0-9+.-]*:|//)", u, re.I) and not u.startswith("#")]
     if re.search(r"<script\b", html, re.I):
         problems.append("a <script> element")
     if re.search(r"@import|<link\b", html, re.I):

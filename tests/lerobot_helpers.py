@@ -101,9 +101,7 @@ def policy_features(benchmark: BenchmarkConfig) -> tuple[dict[str, Any], dict[st
     return inputs, outputs
 
 
-def dataset_stats(
-    inputs: dict[str, Any], outputs: dict[str, Any], action_mean: float, action_std: float
-) -> dict[str, Any]:
+def dataset_stats(inputs: dict[str, Any], outputs: dict[str, Any], action_mean: float, action_std: float) -> dict[str, Any]:
     """Plausible normalisation stats: images in [0, 1], states and actions around `action_mean`."""
     from lerobot.configs.types import FeatureType
 
@@ -112,18 +110,14 @@ def dataset_stats(
         if ft.type is FeatureType.VISUAL:
             c = ft.shape[0]
             stats[key] = {
-                "mean": torch.full((c, 1, 1), 0.5),
-                "std": torch.full((c, 1, 1), 0.25),
-                "min": torch.zeros(c, 1, 1),
-                "max": torch.ones(c, 1, 1),
+                "mean": torch.full((c, 1, 1), 0.5), "std": torch.full((c, 1, 1), 0.25),
+                "min": torch.zeros(c, 1, 1), "max": torch.ones(c, 1, 1),
             }
         else:
             (d,) = ft.shape
             stats[key] = {
-                "mean": torch.full((d,), action_mean),
-                "std": torch.full((d,), action_std),
-                "min": torch.full((d,), action_mean - 2 * action_std),
-                "max": torch.full((d,), action_mean + 2 * action_std),
+                "mean": torch.full((d,), action_mean), "std": torch.full((d,), action_std),
+                "min": torch.full((d,), action_mean - 2 * action_std), "max": torch.full((d,), action_mean + 2 * action_std),
             }
     return stats
 
@@ -151,32 +145,16 @@ def make_checkpoint(
     small: dict[str, Any] = {"device": "cpu"}
     if policy_type == "act":
         small.update(
-            chunk_size=10,
-            n_action_steps=10,
-            dim_model=32,
-            n_heads=2,
-            dim_feedforward=64,
-            n_encoder_layers=1,
-            n_decoder_layers=1,
-            n_vae_encoder_layers=1,
-            latent_dim=8,
+            chunk_size=10, n_action_steps=10, dim_model=32, n_heads=2, dim_feedforward=64,
+            n_encoder_layers=1, n_decoder_layers=1, n_vae_encoder_layers=1, latent_dim=8,
             pretrained_backbone_weights=None,
         )
     elif policy_type == "diffusion":
         small.update(
-            n_obs_steps=2,
-            horizon=8,
-            n_action_steps=4,
-            down_dims=(32, 64),
-            kernel_size=3,
-            n_groups=4,
-            diffusion_step_embed_dim=32,
-            num_inference_steps=4,
-            num_train_timesteps=10,
-            pretrained_backbone_weights=None,
-            spatial_softmax_num_keypoints=8,
-            crop_shape=None,
-            use_group_norm=True,
+            n_obs_steps=2, horizon=8, n_action_steps=4, down_dims=(32, 64), kernel_size=3, n_groups=4,
+            diffusion_step_embed_dim=32, num_inference_steps=4, num_train_timesteps=10,
+            pretrained_backbone_weights=None, spatial_softmax_num_keypoints=8,
+            crop_shape=None, use_group_norm=True,
         )
     small.update(overrides)
     cfg = make_policy_config(policy_type, input_features=inputs, output_features=outputs, **small)
@@ -189,12 +167,7 @@ def make_checkpoint(
 
 
 def make_steered_checkpoint(
-    out: Path,
-    benchmark: BenchmarkConfig,
-    bias_task: str,
-    gain: float,
-    drift: tuple[float, ...],
-    seeds: tuple[int, ...] = (0, 1, 2, 3),
+    out: Path, benchmark: BenchmarkConfig, bias_task: str, gain: float, drift: tuple[float, ...], seeds: tuple[int, ...] = (0, 1, 2, 3)
 ) -> Path:
     """A random-init ACT whose actions are `gain * (raw - bias) + drift` (then clipped by the env).
 
@@ -214,31 +187,22 @@ def make_steered_checkpoint(
     raw_ckpt = make_checkpoint(out.with_name(out.name + "-raw"), benchmark, action_mean=0.0, action_std=1.0)
     env = benchmark.make_task_env(bias_task)
     try:
-        policy = make_policy(
-            PolicyContext(PolicyConfig(type="lerobot", path=str(raw_ckpt)), benchmark, env.action_space)
-        )
+        policy = make_policy(PolicyContext(PolicyConfig(type="lerobot", path=str(raw_ckpt)), benchmark, env.action_space))
         raw = []
         for slot, seed in enumerate(seeds):
             obs, _ = env.reset(seed=seed)
             policy.reset([slot], [EpisodeStart(bias_task, bias_task, bias_task, slot, seed)])
-            batch = {
-                "observation.image": obs["pixels"][None],
-                "observation.state": obs["agent_pos"][None],
-                "task": [bias_task],
-            }
+            batch = {"observation.image": obs["pixels"][None], "observation.state": obs["agent_pos"][None], "task": [bias_task]}
             raw.append(policy.act(batch, [slot])[0])
     finally:
         env.close()
     bias = np.mean(raw, axis=0)
     mean = (np.asarray(drift, dtype=np.float64) - gain * bias).tolist()
-    return make_checkpoint(
-        out, benchmark, action_mean=0.0, action_std=1.0, stats={"action": {"mean": mean, "std": [gain] * len(mean)}}
-    )
+    return make_checkpoint(out, benchmark, action_mean=0.0, action_std=1.0, stats={"action": {"mean": mean, "std": [gain] * len(mean)}})
 
 
-def make_adapter(
-    ckpt: Path, benchmark: BenchmarkConfig, seed: int | None = None, seeding: str = "episode", **options: str
-) -> Any:
+def make_adapter(ckpt: Path, benchmark: BenchmarkConfig, seed: int | None = None, seeding: str = "episode",
+                 **options: str) -> Any:
     """rollbench's LeRobot adapter for `ckpt` on `benchmark`'s first task, loaded (`ready()`: the
     weights load on a thread, and these tests reach into them); `seeding` is `--policy.seeding`."""
     from rollbench.config.policy import PolicyConfig
@@ -249,11 +213,7 @@ def make_adapter(
         space = env.action_space
     finally:
         env.close()
-    policy = make_policy(
-        PolicyContext(
-            PolicyConfig(type="lerobot", path=str(ckpt), options=options, seeding=seeding), benchmark, space, seed
-        )
-    )
+    policy = make_policy(PolicyContext(PolicyConfig(type="lerobot", path=str(ckpt), options=options, seeding=seeding), benchmark, space, seed))
     policy.ready()
     return policy
 

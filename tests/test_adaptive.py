@@ -57,24 +57,16 @@ def test_a_maximum_that_is_no_multiple_of_the_block_is_looked_at() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(st.sampled_from([True, False, None]), min_size=1, max_size=40),
-    st.integers(1, 12),
-    st.floats(0.05, 0.9),
-    st.randoms(use_true_random=False),
-)
+@given(st.lists(st.sampled_from([True, False, None]), min_size=1, max_size=40), st.integers(1, 12),
+       st.floats(0.05, 0.9), st.randoms(use_true_random=False))
 def test_live_stops_do_not_depend_on_the_order_records_arrive_in(
-    outcomes: list[bool | None],
-    block: int,
-    ci: float,
-    rnd: random.Random,
+    outcomes: list[bool | None], block: int, ci: float, rnd: random.Random,
 ) -> None:
     rule = StopRule(ci, block, len(outcomes))
     plan = make_plan({"g": ["t"]}, len(outcomes), 0)
     records = [
-        EpisodeRecord.from_unit(
-            u, success=bool(o), sum_reward=0.0, max_reward=0.0, n_steps=1, status="ok" if o is not None else "failed"
-        )
+        EpisodeRecord.from_unit(u, success=bool(o), sum_reward=0.0, max_reward=0.0, n_steps=1,
+                                status="ok" if o is not None else "failed")
         for u, o in zip(plan, outcomes, strict=True)
     ]
     expected = decide(rule, dict(enumerate(outcomes)))
@@ -167,9 +159,8 @@ def test_an_adaptive_run_is_the_fixed_runs_prefix(tmp_path: Path, fixed: dict, h
 
 def test_shards_run_apart_then_merged_give_the_same_prefix(tmp_path: Path, fixed: dict) -> None:
     for k in range(2):
-        res = run_subprocess(
-            *ADAPTIVE, "--eval.num_shards=2", f"--eval.shard_id={k}", "--eval.report=false", f"--output_dir={tmp_path}"
-        )
+        res = run_subprocess(*ADAPTIVE, "--eval.num_shards=2", f"--eval.shard_id={k}", "--eval.report=false",
+                             f"--output_dir={tmp_path}")
         assert res.rc == 0, res.err
     res = run_subprocess("merge", str(tmp_path))
     assert res.rc == 0, res.err
@@ -202,11 +193,8 @@ def test_a_finished_run_resumed_with_a_tighter_width_runs_only_what_it_needs(tmp
 
 
 def test_bad_stop_rules_are_refused_in_one_line(tmp_path: Path) -> None:
-    for flag, word in (
-        ("--eval.ci_width=1.5", "between 0 and 1"),
-        ("--eval.ci_width=0", "between 0 and 1"),
-        ("--eval.ci_block=0", ">= 1"),
-    ):
+    for flag, word in (("--eval.ci_width=1.5", "between 0 and 1"), ("--eval.ci_width=0", "between 0 and 1"),
+                       ("--eval.ci_block=0", ">= 1")):
         res = run_subprocess(*BASE, flag, f"--output_dir={tmp_path}")
         assert res.rc == 2, res.err
         assert flag in res.err and word in res.err
@@ -216,11 +204,9 @@ def test_bad_stop_rules_are_refused_in_one_line(tmp_path: Path) -> None:
 def test_the_report_shows_how_each_interval_narrowed(tmp_path: Path) -> None:
     res = run_subprocess(*ADAPTIVE, f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
-    assert (
-        "adaptive (--eval.ci_width=0.3, a look every 10 episodes): 3 of 3 tasks stopped before 60 episodes" in res.out
-    )
+    assert "adaptive (--eval.ci_width=0.3, a look every 10 episodes): 3 of 3 tasks stopped before 60 episodes" in res.out
     page = (tmp_path / "report.html").read_text()
-    section = page[page.index("<h2>Adaptive stopping</h2>") : page.index("<h2>Episode lengths</h2>")]
+    section = page[page.index("<h2>Adaptive stopping</h2>"):page.index("<h2>Episode lengths</h2>")]
     assert "of 180 episodes saved" in section and section.count("<svg") == 1
     assert all(name in section for name in ("near", "mid", "far"))
     # the headline and the task table show what eval_info reports: the mean of the task rates,
@@ -236,23 +222,14 @@ def test_the_report_shows_how_each_interval_narrowed(tmp_path: Path) -> None:
 @pytest.mark.metaworld
 def test_metaworld_adaptive_is_the_fixed_runs_prefix(tmp_path: Path) -> None:
     """The expert, and the expert with action noise (a task below 100% needs more looks)."""
-    base = (
-        "eval",
-        "--env.type=metaworld",
-        "--env.task=reach-v3,push-v3",
-        "--policy.type=expert",
-        "--policy.action_noise=0.5",
-        "--eval.n_episodes=30",
-        "--eval.report=false",
-    )
+    base = ("eval", "--env.type=metaworld", "--env.task=reach-v3,push-v3", "--policy.type=expert",
+            "--policy.action_noise=0.5", "--eval.n_episodes=30", "--eval.report=false")
     res = run_subprocess(*base, f"--output_dir={tmp_path / 'fixed'}")
     assert res.rc == 0, res.err
     episodes = per_episode(tmp_path / "fixed")
     rule = StopRule(0.25, 10, 30)
-    stops = {
-        key: decide(rule, {k[2]: v[0] for k, v in episodes.items() if (k[0], k[1]) == key}).n_episodes
-        for key in {(k[0], k[1]) for k in episodes}
-    }
+    stops = {key: decide(rule, {k[2]: v[0] for k, v in episodes.items() if (k[0], k[1]) == key}).n_episodes
+             for key in {(k[0], k[1]) for k in episodes}}
     assert min(stops.values()) < 30  # something was saved
     res = run_subprocess(*base, "--eval.ci_width=0.25", "--workers=2", f"--output_dir={tmp_path / 'adaptive'}")
     assert res.rc == 0, res.err

@@ -13,33 +13,17 @@ from rollbench.benchmarks.aloha import AlohaConfig
 pytestmark = [pytest.mark.aloha, pytest.mark.slow]
 
 BASE = (
-    "eval",
-    "--env.type=aloha",
-    "--env.task=AlohaTransferCube-v0",
+    "eval", "--env.type=aloha", "--env.task=AlohaTransferCube-v0",
     "--env.episode_length=10",
 )
 
 
 def test_transfer_cube_lockstep_equals_continuous(cli, tmp_path):
     """Random policy, 2 episodes: identical per-episode results in both modes."""
-    a = cli(
-        *BASE,
-        "--env.obs_type=pixels",
-        "--eval.n_episodes=2",
-        "--policy.type=random",
-        "--eval.mode=lockstep",
-        f"--output_dir={tmp_path / 'a'}",
-    )
+    a = cli(*BASE, "--env.obs_type=pixels", "--eval.n_episodes=2", "--policy.type=random", "--eval.mode=lockstep", f"--output_dir={tmp_path / 'a'}")
     assert a.rc == 0, a.err
-    b = cli(
-        *BASE,
-        "--env.obs_type=pixels",
-        "--eval.n_episodes=2",
-        "--policy.type=random",
-        "--eval.mode=continuous",
-        "--workers=2",
-        f"--output_dir={tmp_path / 'b'}",
-    )
+    b = cli(*BASE, "--env.obs_type=pixels", "--eval.n_episodes=2", "--policy.type=random", "--eval.mode=continuous", "--workers=2",
+            f"--output_dir={tmp_path / 'b'}")
     assert b.rc == 0, b.err
     ea, eb = per_episode(tmp_path / "a"), per_episode(tmp_path / "b")
     assert ea == eb
@@ -51,15 +35,8 @@ def test_transfer_cube_lockstep_equals_continuous(cli, tmp_path):
 @pytest.mark.parametrize("obs_type", ["pixels", "pixels_agent_pos"])
 def test_batch_keys_and_shapes(cli, tmp_path, obs_type):
     """pixels: observation.images.top (480x640 uint8) only; pixels_agent_pos: + observation.state (14)."""
-    r = cli(
-        *BASE,
-        f"--env.obs_type={obs_type}",
-        "--eval.n_episodes=1",
-        "--policy.type=module",
-        f"--policy.path=helpers_image_policies:aloha_{obs_type}",
-        "--eval.mode=lockstep",
-        f"--output_dir={tmp_path}",
-    )
+    r = cli(*BASE, f"--env.obs_type={obs_type}", "--eval.n_episodes=1", "--policy.type=module",
+            f"--policy.path=helpers_image_policies:aloha_{obs_type}", "--eval.mode=lockstep", f"--output_dir={tmp_path}")
     assert r.rc == 0, r.err
     # the policy checked every batch of the episode (it raises on a wrong key, shape or dtype)
     assert [v[3] for v in per_episode(tmp_path).values()] == [10]
@@ -67,15 +44,8 @@ def test_batch_keys_and_shapes(cli, tmp_path, obs_type):
 
 def test_batch_key_check_catches_a_wrong_layout(cli, tmp_path):
     """The checking policy of `pixels` on `pixels_agent_pos` batches: the extra state key fails the run."""
-    r = cli(
-        *BASE,
-        "--env.obs_type=pixels_agent_pos",
-        "--eval.n_episodes=1",
-        "--policy.type=module",
-        "--policy.path=helpers_image_policies:aloha_pixels",
-        "--eval.mode=lockstep",
-        f"--output_dir={tmp_path}",
-    )
+    r = cli(*BASE, "--env.obs_type=pixels_agent_pos", "--eval.n_episodes=1", "--policy.type=module",
+            "--policy.path=helpers_image_policies:aloha_pixels", "--eval.mode=lockstep", f"--output_dir={tmp_path}")
     assert r.rc != 0
     assert "features" in r.err and "observation.state" in r.err
 
@@ -83,9 +53,7 @@ def test_batch_key_check_catches_a_wrong_layout(cli, tmp_path):
 def test_only_the_used_camera_is_rendered(monkeypatch):
     """gym-aloha's task would render top, angle and front_close; the lean env renders top only."""
     gl_in_this_process()
-    cfg = AlohaConfig(
-        task="AlohaTransferCube-v0", obs_type="pixels_agent_pos", observation_height=48, observation_width=64
-    )
+    cfg = AlohaConfig(task="AlohaTransferCube-v0", obs_type="pixels_agent_pos", observation_height=48, observation_width=64)
     env = cfg.make_task_env("AlohaTransferCube-v0")
     assert env._env is None  # nothing built before the first reset
     try:

@@ -45,8 +45,7 @@ def test_episode_index_reaches_each_sub_env_before_reset(use_async):
 
 @pytest.mark.parametrize("mode", ["--eval.mode=lockstep", "--eval.mode=continuous"])
 @pytest.mark.parametrize(
-    "batch",
-    ["--eval.batch_size=3", "--eval.isolation=none", "--eval.isolation=none --eval.use_async_envs=true"],
+    "batch", ["--eval.batch_size=3", "--eval.isolation=none", "--eval.isolation=none --eval.use_async_envs=true"],
 )
 def test_both_schedulers_set_the_episode_index_before_each_reset(tmp_path, mode, batch):
     if mode.endswith("continuous") and "isolation=none" in batch:
@@ -54,17 +53,8 @@ def test_both_schedulers_set_the_episode_index_before_each_reset(tmp_path, mode,
     """Every reset of a run sees its own episode's index (the env raises otherwise, and a
     raising reset is a failed unit): first resets, and resets of a reused env alike."""
     res = run_subprocess(
-        "eval",
-        "--env.type=indexed",
-        "--env.task=near,far",
-        "--policy.type=expert",
-        "--eval.n_episodes=7",
-        mode,
-        *batch.split(),
-        "--workers=2",
-        f"--output_dir={tmp_path}",
-        timeout=120,
-        ROLLBENCH_PLUGINS="faulty_bench",
+        "eval", "--env.type=indexed", "--env.task=near,far", "--policy.type=expert", "--eval.n_episodes=7", mode,
+        *batch.split(), "--workers=2", f"--output_dir={tmp_path}", timeout=120, ROLLBENCH_PLUGINS="faulty_bench",
     )
     assert res.rc == 0, res.err[-2000:]
     info = load_info(tmp_path)
@@ -161,15 +151,8 @@ def test_plugin_benchmark_selectable_via_env_var(tmp_path):
     assert "--env.speed" in helped.out.split("--env.type=corridor:", 1)[1]
 
     res = run_subprocess(
-        "eval",
-        "--env.type=corridor",
-        "--policy.type=expert",
-        "--eval.n_episodes=6",
-        LOCKSTEP,
-        "--eval.batch_size=4",
-        f"--output_dir={tmp_path}",
-        timeout=120,
-        **plugin,
+        "eval", "--env.type=corridor", "--policy.type=expert", "--eval.n_episodes=6", LOCKSTEP,
+        "--eval.batch_size=4", f"--output_dir={tmp_path}", timeout=120, **plugin,
     )
     assert res.rc == 0, res.err
     info = load_info(tmp_path)
@@ -181,18 +164,11 @@ def test_plugin_benchmark_selectable_via_env_var(tmp_path):
         assert task["metrics"]["n_steps"] == expected
         assert all(task["metrics"]["successes"])
     assert info["config"]["env"] == {
-        "type": "corridor",
-        "task": "short,long",
-        "episode_length": None,
-        "state_keys": [],
-        "camera_keys": [],
-        "speed": 1.0,
+        "type": "corridor", "task": "short,long", "episode_length": None, "state_keys": [], "camera_keys": [], "speed": 1.0,
     }
 
     # without the plugin the name is unknown, with a one-line error
-    res = run_subprocess(
-        "eval", "--env.type=corridor", "--policy.type=expert", f"--output_dir={tmp_path / 'x'}", timeout=60
-    )
+    res = run_subprocess("eval", "--env.type=corridor", "--policy.type=expert", f"--output_dir={tmp_path / 'x'}", timeout=60)
     assert res.rc == 2
     assert res.err.strip().splitlines() == [res.err.strip()]
     assert "no benchmark named 'corridor'" in res.err
@@ -253,16 +229,8 @@ def test_metaworld_unknown_task_suggests(task, closest):
 def test_metaworld_task_group_in_results(cli, tmp_path):
     from metaworld.env_dict import MT10_V3
 
-    res = cli(
-        "eval",
-        "--env.type=metaworld",
-        "--env.task=push-v3,mt10",
-        "--policy.type=random",
-        "--eval.n_episodes=1",
-        "--env.episode_length=3",
-        LOCKSTEP,
-        f"--output_dir={tmp_path}",
-    )
+    res = cli("eval", "--env.type=metaworld", "--env.task=push-v3,mt10", "--policy.type=random", "--eval.n_episodes=1",
+              "--env.episode_length=3", LOCKSTEP, f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     info = load_info(tmp_path)
     rows = [(t["task_group"], t["task_id"], t["task"]) for t in info["per_task"]]
@@ -296,17 +264,8 @@ def test_metaworld_goal_is_a_function_of_the_seed():
 @pytest.mark.metaworld
 def test_metaworld_same_seed_same_episodes_other_seed_other_episodes(cli, tmp_path):
     def run(name: str, seed: int) -> dict:
-        res = cli(
-            "eval",
-            "--env.type=metaworld",
-            "--env.task=reach-v3",
-            "--policy.type=random",
-            "--eval.n_episodes=2",
-            "--env.episode_length=40",
-            LOCKSTEP,
-            f"--seed={seed}",
-            f"--output_dir={tmp_path / name}",
-        )
+        res = cli("eval", "--env.type=metaworld", "--env.task=reach-v3", "--policy.type=random", "--eval.n_episodes=2",
+                  "--env.episode_length=40", LOCKSTEP, f"--seed={seed}", f"--output_dir={tmp_path / name}")
         assert res.rc == 0, res.err
         return {k[2]: v[:4] for k, v in per_episode(tmp_path / name).items()}
 
@@ -318,15 +277,8 @@ def test_metaworld_same_seed_same_episodes_other_seed_other_episodes(cli, tmp_pa
 
 @pytest.mark.metaworld
 def test_metaworld_expert_succeeds_on_most_episodes(cli, tmp_path):
-    res = cli(
-        "eval",
-        "--env.type=metaworld",
-        "--env.task=reach-v3,push-v3,drawer-close-v3",
-        "--policy.type=expert",
-        "--eval.n_episodes=3",
-        LOCKSTEP,
-        f"--output_dir={tmp_path}",
-    )
+    res = cli("eval", "--env.type=metaworld", "--env.task=reach-v3,push-v3,drawer-close-v3", "--policy.type=expert",
+              "--eval.n_episodes=3", LOCKSTEP, f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     info = load_info(tmp_path)
     assert info["overall"]["n_episodes"] == 9
@@ -339,15 +291,8 @@ def test_metaworld_expert_succeeds_on_most_episodes(cli, tmp_path):
 
 @pytest.mark.metaworld
 def test_metaworld_expert_needs_state_observations(cli, tmp_path):
-    res = cli(
-        "eval",
-        "--env.type=metaworld",
-        "--env.task=reach-v3",
-        "--env.obs_type=pixels_agent_pos",
-        "--policy.type=expert",
-        LOCKSTEP,
-        f"--output_dir={tmp_path / 'o'}",
-    )
+    res = cli("eval", "--env.type=metaworld", "--env.task=reach-v3", "--env.obs_type=pixels_agent_pos",
+              "--policy.type=expert", LOCKSTEP, f"--output_dir={tmp_path / 'o'}")
     assert res.rc == 2
     assert "--env.obs_type=state" in res.err and "Traceback" not in res.err
     assert not (tmp_path / "o").exists()
@@ -357,16 +302,8 @@ def test_metaworld_expert_needs_state_observations(cli, tmp_path):
 
 
 def test_gym_cartpole_random_runs(cli, tmp_path):
-    res = cli(
-        "eval",
-        "--env.type=gym",
-        "--env.task=CartPole-v1",
-        "--policy.type=random",
-        "--eval.n_episodes=4",
-        "--eval.batch_size=2",
-        LOCKSTEP,
-        f"--output_dir={tmp_path}",
-    )
+    res = cli("eval", "--env.type=gym", "--env.task=CartPole-v1", "--policy.type=random", "--eval.n_episodes=4",
+              "--eval.batch_size=2", LOCKSTEP, f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     info = load_info(tmp_path)
     (task,) = info["per_task"]
@@ -379,17 +316,8 @@ def test_gym_cartpole_random_runs(cli, tmp_path):
 
 
 def test_gym_episode_length_cuts_episodes(cli, tmp_path):
-    res = cli(
-        "eval",
-        "--env.type=gym",
-        "--env.task=CartPole-v1",
-        "--policy.type=module",
-        "--eval.n_episodes=2",
-        "--policy.path=helpers_policies:zeros",
-        "--env.episode_length=5",
-        LOCKSTEP,
-        f"--output_dir={tmp_path}",
-    )
+    res = cli("eval", "--env.type=gym", "--env.task=CartPole-v1", "--policy.type=module", "--eval.n_episodes=2",
+              "--policy.path=helpers_policies:zeros", "--env.episode_length=5", LOCKSTEP, f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     assert load_info(tmp_path)["per_task"][0]["metrics"]["n_steps"] == [5, 5]
 
@@ -406,9 +334,7 @@ def test_gym_id_with_missing_package_names_it(cli, tmp_path, task):
 
 
 def test_gym_unknown_id_suggests(cli, tmp_path):
-    res = cli(
-        "eval", "--env.type=gym", "--env.task=CartPole-v9", "--policy.type=random", f"--output_dir={tmp_path / 'o'}"
-    )
+    res = cli("eval", "--env.type=gym", "--env.task=CartPole-v9", "--policy.type=random", f"--output_dir={tmp_path / 'o'}")
     assert res.rc == 2
     assert "Did you mean 'CartPole-v1'?" in res.err
 
@@ -428,16 +354,8 @@ def test_pusht_expert_errors_clearly(cli, tmp_path):
 
 @pytest.mark.pusht
 def test_pusht_random_state_runs(cli, tmp_path):
-    res = cli(
-        "eval",
-        "--env.type=pusht",
-        "--env.obs_type=state",
-        "--policy.type=random",
-        "--eval.n_episodes=2",
-        "--env.episode_length=20",
-        LOCKSTEP,
-        f"--output_dir={tmp_path}",
-    )
+    res = cli("eval", "--env.type=pusht", "--env.obs_type=state", "--policy.type=random", "--eval.n_episodes=2",
+              "--env.episode_length=20", LOCKSTEP, f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     info = load_info(tmp_path)
     (task,) = info["per_task"]

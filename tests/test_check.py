@@ -51,10 +51,7 @@ def test_a_camera_under_another_name_gets_a_rename_map(cli, tmp_path: Path) -> N
     assert "hard" in row and "(not produced)" in row
     assert """--rename_map='{"observation.image": "observation.images.top"}'""" in row
     # the fix, applied, fits; and eval refuses without it, with the same words, in one line
-    assert (
-        cli("check", *PUSHT, f"--policy.path={ckpt}", '--rename_map={"observation.image": "observation.images.top"}').rc
-        == 0
-    )
+    assert cli("check", *PUSHT, f"--policy.path={ckpt}", '--rename_map={"observation.image": "observation.images.top"}').rc == 0
     bad = cli("eval", *PUSHT, f"--policy.path={ckpt}", f"--output_dir={tmp_path / 'out'}")
     assert bad.rc == 2 and "observation.images.top: wants VISUAL[3, 96, 96], env gives (not produced)" in bad.err
     assert not (tmp_path / "out" / "episodes").exists()
@@ -84,9 +81,7 @@ def test_missing_normalisation_stats_are_a_hard_mismatch(cli, tmp_path: Path) ->
 
 
 def test_actions_outside_the_env_bounds_are_a_warning(cli, tmp_path: Path) -> None:
-    ckpt = make_checkpoint(
-        tmp_path / "scaled", PushTConfig(), stats={"action": {"min": [-5000.0, -5000.0], "max": [5000.0, 5000.0]}}
-    )
+    ckpt = make_checkpoint(tmp_path / "scaled", PushTConfig(), stats={"action": {"min": [-5000.0, -5000.0], "max": [5000.0, 5000.0]}})
     res = cli("check", *PUSHT, f"--policy.path={ckpt}")
     assert res.rc == 0, res.out
     row = _row(res.out, "action (range)")

@@ -105,9 +105,7 @@ def test_eval_help_documents_every_flag_with_its_help_text(cli):
                 assert " ".join(help_text.split()) in squashed, (cls.__name__, f.name)
 
 
-@pytest.mark.parametrize(
-    "command, needle", [("merge", "usage: rollbench merge DIR"), ("list", "usage: rollbench list")]
-)
+@pytest.mark.parametrize("command, needle", [("merge", "usage: rollbench merge DIR"), ("list", "usage: rollbench list")])
 def test_subcommand_help(cli, command, needle):
     res = cli(command, "--help")
     assert res.rc == 0
@@ -154,9 +152,7 @@ def test_flag_with_space_separated_value(cli, tmp_path):
 
 
 def test_bad_config_exits_2_in_a_real_process(tmp_path):
-    res = run_subprocess(
-        *FAKE, "--policy.type=expert", "--eval.n_episodes=0", f"--output_dir={tmp_path / 'o'}", timeout=60
-    )
+    res = run_subprocess(*FAKE, "--policy.type=expert", "--eval.n_episodes=0", f"--output_dir={tmp_path / 'o'}", timeout=60)
     assert_one_line_error(res, "--eval.n_episodes=0", ">= 1")
     assert not (tmp_path / "o").exists()
 
@@ -173,16 +169,12 @@ def test_unknown_env_type_lists_known_and_closest(cli, tmp_path):
 
 
 def test_missing_env_type(cli, tmp_path):
-    assert_one_line_error(
-        cli("eval", "--policy.type=expert", f"--output_dir={tmp_path}"), "--env.type is required", "metaworld"
-    )
+    assert_one_line_error(cli("eval", "--policy.type=expert", f"--output_dir={tmp_path}"), "--env.type is required", "metaworld")
 
 
 @pytest.mark.metaworld
 def test_unknown_metaworld_task(cli, tmp_path):
-    res = cli(
-        "eval", "--env.type=metaworld", "--env.task=reach-v4", "--policy.type=expert", f"--output_dir={tmp_path / 'o'}"
-    )
+    res = cli("eval", "--env.type=metaworld", "--env.task=reach-v4", "--policy.type=expert", f"--output_dir={tmp_path / 'o'}")
     assert_one_line_error(res, "--env.task='reach-v4'", "Did you mean 'reach-v3'?")
     assert not (tmp_path / "o").exists()
 
@@ -257,14 +249,7 @@ def test_batch_size_larger_than_episodes_is_clamped_with_a_warning(cli, tmp_path
 
 
 def test_batch_size_clamp_warning_on_stderr_in_a_real_process(tmp_path):
-    res = run_subprocess(
-        *FAKE,
-        "--policy.type=expert",
-        "--eval.n_episodes=2",
-        "--eval.batch_size=5",
-        f"--output_dir={tmp_path}",
-        timeout=60,
-    )
+    res = run_subprocess(*FAKE, "--policy.type=expert", "--eval.n_episodes=2", "--eval.batch_size=5", f"--output_dir={tmp_path}", timeout=60)
     assert res.rc == 0, res.err
     assert "WARNING: --eval.batch_size=5 is larger than --eval.n_episodes=2; using 2" in res.err
     assert "Traceback" not in res.err
@@ -274,9 +259,7 @@ def test_batch_size_clamp_warning_on_stderr_in_a_real_process(tmp_path):
 
 
 def test_module_policy_path_that_does_not_import(cli, tmp_path):
-    res = cli(
-        *FAKE, "--policy.type=module", "--policy.path=no_such_module_xyz:factory", f"--output_dir={tmp_path / 'o'}"
-    )
+    res = cli(*FAKE, "--policy.type=module", "--policy.path=no_such_module_xyz:factory", f"--output_dir={tmp_path / 'o'}")
     assert_one_line_error(res, "--policy.path='no_such_module_xyz:factory'", "cannot import 'no_such_module_xyz'")
     assert not (tmp_path / "o").exists()
 
@@ -296,13 +279,7 @@ def test_module_policy_bad_path(cli, tmp_path, path, needles):
 
 
 def test_module_policy_that_behaves_runs(cli, tmp_path):
-    res = cli(
-        *FAKE,
-        "--policy.type=module",
-        "--policy.path=helpers_policies:zeros",
-        "--eval.n_episodes=2",
-        f"--output_dir={tmp_path}",
-    )
+    res = cli(*FAKE, "--policy.type=module", "--policy.path=helpers_policies:zeros", "--eval.n_episodes=2", f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     info = load_info(tmp_path)
     # zero actions never move the point: every episode runs to the env's step limit (20) and fails
@@ -332,16 +309,8 @@ def test_module_policy_misbehaving_during_the_run(cli, tmp_path, factory, needle
 
 def test_module_policy_float_actions_for_a_discrete_space(cli, tmp_path):
     path = "helpers_policies:float_actions"
-    res = cli(
-        "eval",
-        "--env.type=gym",
-        "--env.task=CartPole-v1",
-        "--eval.mode=lockstep",
-        "--policy.type=module",
-        f"--policy.path={path}",
-        "--eval.n_episodes=2",
-        f"--output_dir={tmp_path}",
-    )
+    res = cli("eval", "--env.type=gym", "--env.task=CartPole-v1", "--eval.mode=lockstep", "--policy.type=module",
+              f"--policy.path={path}", "--eval.n_episodes=2", f"--output_dir={tmp_path}")
     assert res.rc == 1, res.err
     line = run_error_line(res)
     assert line.startswith("rollbench: error: ")
@@ -350,14 +319,7 @@ def test_module_policy_float_actions_for_a_discrete_space(cli, tmp_path):
 
 def test_module_policy_misbehaving_in_a_real_process(tmp_path):
     path = "helpers_policies:nan_actions"
-    res = run_subprocess(
-        *FAKE,
-        "--policy.type=module",
-        f"--policy.path={path}",
-        "--eval.n_episodes=2",
-        f"--output_dir={tmp_path}",
-        timeout=60,
-    )
+    res = run_subprocess(*FAKE, "--policy.type=module", f"--policy.path={path}", "--eval.n_episodes=2", f"--output_dir={tmp_path}", timeout=60)
     assert res.rc == 1, res.err
     line = run_error_line(res)
     assert path in line and "NaN" in line

@@ -42,12 +42,7 @@ def boschloo_by_brute_force(k_a: int, n_a: int, k_b: int, n_b: int, grid: int = 
     extreme = fisher <= fisher[k_a, k_b] * (1 + 1e-7)
     best = 0.0
     for pi in np.linspace(0, 1, grid):
-        best = max(
-            best,
-            float(
-                np.outer(binom.pmf(np.arange(n_a + 1), n_a, pi), binom.pmf(np.arange(n_b + 1), n_b, pi))[extreme].sum()
-            ),
-        )
+        best = max(best, float(np.outer(binom.pmf(np.arange(n_a + 1), n_a, pi), binom.pmf(np.arange(n_b + 1), n_b, pi))[extreme].sum()))
     return best
 
 
@@ -92,9 +87,7 @@ def test_episodes_needed_have_the_power_they_claim():
     # paired: exact power at the returned n reaches 80%, one fewer does not (or is the sawtooth's dip)
     t = Paired(both=0, only_a=5, only_b=20, neither=75)
     n = stats.episodes_needed_paired(t, 0.05)
-    assert n is not None and stats.mcnemar_power(n, 0.05, 0.2, 0.05) >= 0.8 > stats.mcnemar_power(
-        n - 1, 0.05, 0.2, 0.05
-    )
+    assert n is not None and stats.mcnemar_power(n, 0.05, 0.2, 0.05) >= 0.8 > stats.mcnemar_power(n - 1, 0.05, 0.2, 0.05)
     tables = rng.multinomial(n, [0.0, 0.05, 0.2, 0.75], size=2000)
     simulated = np.mean([stats.mcnemar_exact(Paired(*map(int, row))) < 0.05 for row in tables])
     assert simulated == pytest.approx(0.8, abs=0.03)
@@ -138,38 +131,19 @@ def test_lerobot_eval_files_are_unpaired_unless_seeds_are_given(tmp_path, capsys
     assert compare_main([str(tmp_path / "a"), str(tmp_path / "b")], {"fail-if-worse": "true"}) == 1
     capsys.readouterr()
     # told the seeds, the same files pair up (here the first 30 episodes agree, 10 differ one way)
-    assert (
-        compare_main([str(tmp_path / "a" / "eval_info.json"), str(tmp_path / "b")], {"seed_a": "7", "seed_b": "7"}) == 0
-    )
+    assert compare_main([str(tmp_path / "a" / "eval_info.json"), str(tmp_path / "b")], {"seed_a": "7", "seed_b": "7"}) == 0
     out = capsys.readouterr().out
     assert "McNemar (50 pairs)" in out and "--seed_b" not in out
 
 
 def test_warnings_name_what_differs(tmp_path):
     def config(length: int) -> dict:
-        return {
-            "env": {"type": "fake", "task": "all", "episode_length": length},
-            "policy": {"type": "expert"},
-            "seed": 0,
-        }
+        return {"env": {"type": "fake", "task": "all", "episode_length": length}, "policy": {"type": "expert"}, "seed": 0}
 
-    write_info(
-        tmp_path / "a",
-        [
-            task("t", [True] * 10, range(10), [30] * 5 + [200] * 5),
-            task("u", [True] * 3, range(3), group="g", task_id=1),
-        ],
-        config=config(200),
-        versions={"rollbench": "0.1.0", "metaworld": "3.1.1"},
-        n_planned=13,
-    )
-    write_info(
-        tmp_path / "b",
-        [task("t", [False] * 12, range(100, 112), [500] * 12)],
-        config=config(500),
-        versions={"rollbench": "0.1.0", "metaworld": "3.0.0"},
-        n_planned=12,
-    )
+    write_info(tmp_path / "a", [task("t", [True] * 10, range(10), [30] * 5 + [200] * 5), task("u", [True] * 3, range(3), group="g", task_id=1)],
+               config=config(200), versions={"rollbench": "0.1.0", "metaworld": "3.1.1"}, n_planned=13)
+    write_info(tmp_path / "b", [task("t", [False] * 12, range(100, 112), [500] * 12)],
+               config=config(500), versions={"rollbench": "0.1.0", "metaworld": "3.0.0"}, n_planned=12)
     cmp = compare_runs(load_run(str(tmp_path / "a"), "A"), load_run(str(tmp_path / "b"), "B"))
     text = "\n".join(cmp.warnings)
     assert "tasks only in A, left out: u" in text
@@ -225,13 +199,7 @@ def test_html_page_is_self_contained(tmp_path, capsys):
 
 def test_fake_expert_vs_random_paired_and_gated(cli, tmp_path, capsys):
     for policy in ("expert", "random"):
-        res = cli(
-            "eval",
-            "--env.type=fake",
-            f"--policy.type={policy}",
-            "--eval.n_episodes=12",
-            f"--output_dir={tmp_path / policy}",
-        )
+        res = cli("eval", "--env.type=fake", f"--policy.type={policy}", "--eval.n_episodes=12", f"--output_dir={tmp_path / policy}")
         assert res.rc == 0, res.err
     rc = compare_main([str(tmp_path / "expert"), str(tmp_path / "random")], {"fail-if-worse": "true"})
     out = capsys.readouterr().out
@@ -294,28 +262,11 @@ def test_rollbench_vs_lerobot_eval_of_one_checkpoint_pairs_and_agrees(tmp_path, 
     lerobot_eval = shutil.which("lerobot-eval", path=str(Path(sys.executable).parent))
     assert lerobot_eval, "lerobot-eval is installed with lerobot"
     with ThreadPoolExecutor(1) as pool:  # the two tools at once: independent processes
-        theirs = pool.submit(
-            subprocess.run,
-            [
-                lerobot_eval,
-                f"--policy.path={ckpt}",
-                "--policy.device=cpu",
-                "--eval.use_async_envs=false",
-                *flags,
-                f"--output_dir={tmp_path / 'le'}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        res = run_subprocess(
-            "eval",
-            "--policy.type=lerobot",
-            f"--policy.path={ckpt}",
-            "--eval.mode=lockstep",
-            *flags,
-            f"--output_dir={tmp_path / 'rb'}",
-        )
+        theirs = pool.submit(subprocess.run, [lerobot_eval, f"--policy.path={ckpt}", "--policy.device=cpu",
+                                              "--eval.use_async_envs=false", *flags,
+                                              f"--output_dir={tmp_path / 'le'}"], capture_output=True, text=True, timeout=600)
+        res = run_subprocess("eval", "--policy.type=lerobot", f"--policy.path={ckpt}", "--eval.mode=lockstep", *flags,
+                             f"--output_dir={tmp_path / 'rb'}")
         proc = theirs.result()
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert res.rc == 0, res.err[-3000:]

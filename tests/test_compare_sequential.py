@@ -33,14 +33,10 @@ def test_the_sequential_verdict_is_the_tests_on_the_paired_episodes(runs: tuple[
     assert res.rc == 0, res.err
     ea, eb = per_episode(a), per_episode(b)
     names = {0: "near", 1: "mid", 2: "far"}
-    pairs = {
-        names[t]: ([ea[("all", t, i)][0] for i in range(40)], [eb[("all", t, i)][0] for i in range(40)])
-        for t in range(3)
-    }
+    pairs = {names[t]: ([ea[("all", t, i)][0] for i in range(40)], [eb[("all", t, i)][0] for i in range(40)])
+             for t in range(3)}
     want = sequential_tasks(pairs, 0.05, 0.05, 10)
-    lines = {
-        line.split()[0]: line for line in res.out.splitlines() if re.match(r"^(near|mid|far|pooled)\s+\d+ of", line)
-    }
+    lines = {line.split()[0]: line for line in res.out.splitlines() if re.match(r"^(near|mid|far|pooled)\s+\d+ of", line)}
     for name, r in want.tasks.items():
         used = r.stopped_at if r.stopped_at is not None else 40
         assert lines[name].split()[1:4] == [str(used), "of", "40"]
@@ -87,17 +83,11 @@ def test_a_run_without_seeds_needs_the_seed_it_ran_with(runs: tuple[Path, Path],
     assert res.rc == 0, res.err
 
 
-@pytest.mark.parametrize(
-    "flags, needle",
-    [
-        (("--margin=0.1",), "add --sequential"),
-        (("--sequential", "--block=0"), "--block='0'"),
-        (("--sequential", "--margin=2"), "--margin='2'"),
-        (("--design=fixed",), "add --sequential"),
-        (("--sequential", "--design=bayes"), "--design='bayes'"),
-        (("--sequential", "--design=fixed", "--margin=0.1"), "decides better or worse only"),
-    ],
-)
+@pytest.mark.parametrize("flags, needle", [(("--margin=0.1",), "add --sequential"), (("--sequential", "--block=0"), "--block='0'"),
+                                           (("--sequential", "--margin=2"), "--margin='2'"),
+                                           (("--design=fixed",), "add --sequential"),
+                                           (("--sequential", "--design=bayes"), "--design='bayes'"),
+                                           (("--sequential", "--design=fixed", "--margin=0.1"), "decides better or worse only")])
 def test_bad_sequential_flags_are_one_line_errors(runs: tuple[Path, Path], flags: tuple[str, ...], needle: str) -> None:
     res = run_subprocess("compare", str(runs[0]), str(runs[1]), *flags)
     assert res.rc == 2 and needle in res.err and "Traceback" not in res.err
@@ -117,12 +107,8 @@ def _decided_stops(a: Path, b: Path) -> dict[int, int]:
     ea, eb = per_episode(a), per_episode(b)
     stops = {}
     for t in range(3):
-        r = sequential_tasks(
-            {
-                str(u): ([ea[("all", u, i)][0] for i in range(60)], [eb[("all", u, i)][0] for i in range(60)])
-                for u in range(3)
-            }
-        ).tasks[str(t)]
+        r = sequential_tasks({str(u): ([ea[("all", u, i)][0] for i in range(60)], [eb[("all", u, i)][0] for i in range(60)])
+                              for u in range(3)}).tasks[str(t)]
         stops[t] = r.stopped_at if r.stopped_at is not None else 60
     return stops
 
@@ -140,9 +126,7 @@ def fixed60(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[
 
 def test_a_run_against_a_finished_baseline_stops_at_the_decision(fixed60, tmp_path: Path) -> None:
     a, b_fixed, stops = fixed60
-    res = run_subprocess(
-        *VERSUS, "--policy.action_noise=3.0", f"--eval.versus={a}", "--workers=2", f"--output_dir={tmp_path}"
-    )
+    res = run_subprocess(*VERSUS, "--policy.action_noise=3.0", f"--eval.versus={a}", "--workers=2", f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     assert "this run is 3 worse" in res.out
     assert per_episode(tmp_path) == _prefix(per_episode(b_fixed), stops)
@@ -172,25 +156,11 @@ def test_two_runs_started_together_against_each_other_stop_at_the_same_decision(
 
     a_fixed, b_fixed, stops = fixed60
     slow = ("--env.step_sleep_s=0.002", "--eval.max_episodes_rendered=0")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rollbench",
-            *VERSUS,
-            *slow,
-            f"--eval.versus={tmp_path / 'b'}",
-            f"--output_dir={tmp_path / 'a'}",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=subprocess_env(),
-        cwd=REPO,
-    )
-    res = run_subprocess(
-        *VERSUS, *slow, "--policy.action_noise=3.0", f"--eval.versus={tmp_path / 'a'}", f"--output_dir={tmp_path / 'b'}"
-    )
+    proc = subprocess.Popen([sys.executable, "-m", "rollbench", *VERSUS, *slow, f"--eval.versus={tmp_path / 'b'}",
+                             f"--output_dir={tmp_path / 'a'}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=subprocess_env(), cwd=REPO)
+    res = run_subprocess(*VERSUS, *slow, "--policy.action_noise=3.0", f"--eval.versus={tmp_path / 'a'}",
+                         f"--output_dir={tmp_path / 'b'}")
     out, err = proc.communicate(timeout=300)
     assert res.rc == 0, res.err
     assert proc.returncode == 0, err
@@ -199,15 +169,12 @@ def test_two_runs_started_together_against_each_other_stop_at_the_same_decision(
     assert per_episode(tmp_path / "b") == _prefix(per_episode(b_fixed), stops)
 
 
-@pytest.mark.parametrize(
-    "flags, needle",
-    [
-        (("--env.task=near",), "ran with another benchmark"),
-        (("--seed=7",), "ran with another seed"),
-        (("--policy.action_noise=0",), "ran the same policy"),
-        (("--policy.action_noise=3", "--eval.ci_width=0.2"), "give one of them"),
-    ],
-)
+@pytest.mark.parametrize("flags, needle", [
+    (("--env.task=near",), "ran with another benchmark"),
+    (("--seed=7",), "ran with another seed"),
+    (("--policy.action_noise=0",), "ran the same policy"),
+    (("--policy.action_noise=3", "--eval.ci_width=0.2"), "give one of them"),
+])
 def test_a_comparison_that_cannot_pair_is_refused_in_one_line(fixed60, tmp_path: Path, flags, needle) -> None:
     res = run_subprocess(*VERSUS, *flags, f"--eval.versus={fixed60[0]}", f"--output_dir={tmp_path / 'out'}")
     assert res.rc == 2, res.err

@@ -53,17 +53,9 @@ def offline(cache: Path) -> dict[str, str]:
 
 def eval_args(path: str, out: Path, *extra: str) -> list[str]:
     return [
-        "eval",
-        "--env.type=pusht",
-        "--env.obs_type=environment_state_agent_pos",
-        "--env.episode_length=12",
-        f"--policy.path={path}",
-        "--eval.n_episodes=3",
-        f"--seed={SEED}",
-        f"--output_dir={out}",
-        "--eval.max_episodes_rendered=0",
-        "--eval.report=false",
-        *extra,
+        "eval", "--env.type=pusht", "--env.obs_type=environment_state_agent_pos", "--env.episode_length=12",
+        f"--policy.path={path}", "--eval.n_episodes=3", f"--seed={SEED}", f"--output_dir={out}",
+        "--eval.max_episodes_rendered=0", "--eval.report=false", *extra,
     ]
 
 
@@ -132,10 +124,7 @@ def test_check_takes_a_hub_id(act_ckpt: Path, tmp_path: Path) -> None:
     cache = tmp_path / "hub"
     snapshot = put_in_cache(cache, REPO_ID, COMMIT_A, act_ckpt)
     res = run_subprocess(
-        "check",
-        "--env.type=pusht",
-        "--env.obs_type=environment_state_agent_pos",
-        f"--policy.path={REPO_ID}",
+        "check", "--env.type=pusht", "--env.obs_type=environment_state_agent_pos", f"--policy.path={REPO_ID}",
         **offline(cache),
     )
     assert res.rc == 0, res.err[-3000:]
@@ -202,20 +191,11 @@ def fake_hub() -> Iterator[str]:
 
 @pytest.mark.parametrize(
     ("repo", "words"),
-    [
-        ("org/gated-policy", ["gated", "HF_TOKEN"]),
-        ("org/nothing-here", ["not a local path, nor a repository on the hub", "HF_TOKEN"]),
-    ],
+    [("org/gated-policy", ["gated", "HF_TOKEN"]), ("org/nothing-here", ["not a local path, nor a repository on the hub", "HF_TOKEN"])],
 )
 def test_hub_refusals_are_one_line_exit_2(fake_hub: str, tmp_path: Path, repo: str, words: list[str]) -> None:
-    res = run_subprocess(
-        *eval_args(repo, tmp_path / "run"),
-        HF_ENDPOINT=fake_hub,
-        HF_HUB_CACHE=str(tmp_path / "hub"),
-        HF_HUB_OFFLINE="0",
-        HF_HUB_ETAG_TIMEOUT="5",
-        timeout=120,
-    )
+    res = run_subprocess(*eval_args(repo, tmp_path / "run"), HF_ENDPOINT=fake_hub, HF_HUB_CACHE=str(tmp_path / "hub"),
+                         HF_HUB_OFFLINE="0", HF_HUB_ETAG_TIMEOUT="5", timeout=120)
     line = one_line_error(res)
     for word in words:
         assert word in line, line

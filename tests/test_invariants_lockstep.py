@@ -84,11 +84,8 @@ def test_metaworld_results_do_not_depend_on_batching(cli, tmp_path):
 def test_pusht_results_do_not_depend_on_batching(cli, tmp_path):
     n = 4
     base = (
-        "--env.type=pusht",
-        "--env.obs_type=state",
-        "--env.episode_length=30",
-        "--policy.type=random",
-        f"--eval.n_episodes={n}",
+        "--env.type=pusht", "--env.obs_type=state", "--env.episode_length=30",
+        "--policy.type=random", f"--eval.n_episodes={n}",
     )
     results = run_variants(cli, tmp_path, base, lockstep_variants(n))
     assert_identical(results, {"pusht": ["PushT-v0"]}, n)

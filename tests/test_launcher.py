@@ -50,9 +50,7 @@ def test_local_launch_resumes_and_reruns_nothing_done(tmp_path: Path, single: di
 
 
 def test_launch_local_refuses_a_shard_id(tmp_path: Path) -> None:
-    res = run_subprocess(
-        *FAKE, "--eval.num_shards=2", "--eval.shard_id=1", "--launch=local", f"--output_dir={tmp_path}"
-    )
+    res = run_subprocess(*FAKE, "--eval.num_shards=2", "--eval.shard_id=1", "--launch=local", f"--output_dir={tmp_path}")
     assert res.rc == 2
     assert res.err.strip().startswith("rollbench: error: --eval.shard_id=1 is not allowed with --launch=local")
     assert len(res.err.strip().splitlines()) == 1
@@ -62,15 +60,8 @@ def test_launch_local_refuses_a_shard_id(tmp_path: Path) -> None:
 def test_a_failed_shard_is_named_with_its_rerun_command(tmp_path: Path, single: dict, mode: str) -> None:
     # seed 1001 is episode 1 of every task: shard 1 of 2 fails, shard 0 finishes
     plugin = {"ROLLBENCH_PLUGINS": "failing_bench"}
-    args = (
-        "eval",
-        "--env.type=fake_failing",
-        *FAKE[2:],
-        "--eval.num_shards=2",
-        "--launch=local",
-        f"--eval.mode={mode}",
-        f"--output_dir={tmp_path}",
-    )
+    args = ("eval", "--env.type=fake_failing", *FAKE[2:], "--eval.num_shards=2", "--launch=local",
+            f"--eval.mode={mode}", f"--output_dir={tmp_path}")
     res = run_subprocess(*args, RB_FAIL_SEED="1001", **plugin)
     assert res.rc == 1
     # both modes (lockstep's envs step in env workers too): the 3 units with seed 1001 are
@@ -95,23 +86,10 @@ def test_a_failed_shard_is_named_with_its_rerun_command(tmp_path: Path, single: 
 
 
 def test_ctrl_c_stops_every_shard_and_says_how_to_resume(tmp_path: Path, single: dict) -> None:
-    args = (
-        *FAKE,
-        "--env.step_sleep_s=0.03",
-        "--eval.batch_size=1",
-        "--eval.mode=lockstep",
-        "--eval.num_shards=2",
-        "--launch=local",
-        f"--output_dir={tmp_path}",
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rollbench", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=subprocess_env(),
-        cwd=REPO,
-    )
+    args = (*FAKE, "--env.step_sleep_s=0.03", "--eval.batch_size=1", "--eval.mode=lockstep",
+            "--eval.num_shards=2", "--launch=local", f"--output_dir={tmp_path}")
+    proc = subprocess.Popen([sys.executable, "-m", "rollbench", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=REPO)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not list((tmp_path / "episodes").glob("*.jsonl")):
@@ -138,13 +116,7 @@ def test_ctrl_c_stops_every_shard_and_says_how_to_resume(tmp_path: Path, single:
 @pytest.mark.metaworld
 def test_metaworld_two_local_shards_match_one_process(tmp_path: Path) -> None:
     pytest.importorskip("metaworld")
-    args = (
-        "eval",
-        "--env.type=metaworld",
-        "--env.task=reach-v3,push-v3",
-        "--policy.type=expert",
-        "--eval.n_episodes=2",
-    )
+    args = ("eval", "--env.type=metaworld", "--env.task=reach-v3,push-v3", "--policy.type=expert", "--eval.n_episodes=2")
     one, two = tmp_path / "one", tmp_path / "two"
     assert run_subprocess(*args, f"--output_dir={one}").rc == 0
     res = run_subprocess(*args, "--eval.num_shards=2", "--launch=local", f"--output_dir={two}")
@@ -154,14 +126,8 @@ def test_metaworld_two_local_shards_match_one_process(tmp_path: Path) -> None:
 
 
 def test_workers_auto_probes_once_and_sizes_each_shard(tmp_path: Path, single: dict) -> None:
-    res = run_subprocess(
-        *FAKE,
-        "--eval.num_shards=2",
-        "--launch=local",
-        "--workers=auto",
-        "--tune.budget_s=2",
-        f"--output_dir={tmp_path}",
-    )
+    res = run_subprocess(*FAKE, "--eval.num_shards=2", "--launch=local", "--workers=auto", "--tune.budget_s=2",
+                         f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     assert "measuring this machine once for all 2 shards" in res.err
     assert per_episode(tmp_path) == single

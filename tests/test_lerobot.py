@@ -42,15 +42,8 @@ def act_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def rollbench_args(ckpt: Path, out: Path, *extra: str) -> list[str]:
     return [
-        "eval",
-        "--env.type=pusht",
-        f"--env.episode_length={LENGTH}",
-        "--policy.type=lerobot",
-        f"--policy.path={ckpt}",
-        f"--eval.n_episodes={EPISODES}",
-        f"--seed={SEED}",
-        f"--output_dir={out}",
-        *extra,
+        "eval", "--env.type=pusht", f"--env.episode_length={LENGTH}", "--policy.type=lerobot", f"--policy.path={ckpt}",
+        f"--eval.n_episodes={EPISODES}", f"--seed={SEED}", f"--output_dir={out}", *extra,
     ]
 
 
@@ -77,9 +70,7 @@ def assert_same_episodes(a: list[tuple[bool, float, float]], b: list[tuple[bool,
 def test_parity_with_lerobot_eval_on_pusht_pixels(act_ckpt: Path, tmp_path: Path) -> None:
     with ThreadPoolExecutor(1) as pool:  # the two tools at once: independent processes
         their_run = pool.submit(lerobot_eval, act_ckpt, tmp_path / "lerobot", batch_size=2)
-        res = run_subprocess(
-            *rollbench_args(act_ckpt, tmp_path / "lockstep", "--eval.mode=lockstep", "--eval.batch_size=2")
-        )
+        res = run_subprocess(*rollbench_args(act_ckpt, tmp_path / "lockstep", "--eval.mode=lockstep", "--eval.batch_size=2"))
         theirs = their_run.result()
     assert any(r[1] > 0 for r in theirs), "the episodes should earn some reward, or the comparison is empty"
     assert res.rc == 0, res.err[-3000:]
@@ -103,9 +94,7 @@ def test_continuous_equals_lockstep_at_batch_one(act_ckpt: Path, tmp_path: Path)
     )
     assert a.rc == 0, a.err[-3000:]
     assert load_info(tmp_path / "c")["mode"] == "continuous"
-    b = run_subprocess(
-        *rollbench_args(act_ckpt, tmp_path / "l", "--eval.mode=lockstep", "--eval.batch_size=1"), OMP_NUM_THREADS="1"
-    )
+    b = run_subprocess(*rollbench_args(act_ckpt, tmp_path / "l", "--eval.mode=lockstep", "--eval.batch_size=1"), OMP_NUM_THREADS="1")
     assert b.rc == 0, b.err[-3000:]
     assert_same_episodes(ours(tmp_path / "c"), ours(tmp_path / "l"))
 
@@ -136,14 +125,8 @@ def test_wrong_features_fail_before_any_episode(cli, tmp_path: Path) -> None:
         "observation.image": PolicyFeature(type=FeatureType.VISUAL, shape=(3, 96, 96)),
     }
     ckpt = make_checkpoint(tmp_path / "aloha_like", PushTConfig(), inputs=aloha_state)
-    _expect_config_error(
-        cli,
-        ckpt,
-        tmp_path / "out",
-        "do not match --env.type=pusht",
-        "observation.state: wants STATE[14], env gives STATE[2]",
-        "rollbench check",
-    )
+    _expect_config_error(cli, ckpt, tmp_path / "out", "do not match --env.type=pusht",
+                         "observation.state: wants STATE[14], env gives STATE[2]", "rollbench check")
 
 
 @pytest.mark.parametrize(
@@ -269,9 +252,8 @@ def test_lerobot_eval_seeding_gives_lerobot_eval_s_sampled_episodes(tmp_path: Pa
     ckpt = make_checkpoint(tmp_path / "diffusion", PushTConfig(), policy_type="diffusion")
     with ThreadPoolExecutor(1) as pool:  # the two tools at once: independent processes
         their_run = pool.submit(lerobot_eval, ckpt, tmp_path / "lerobot", batch_size=2)
-        res = run_subprocess(
-            *rollbench_args(ckpt, tmp_path / "seeded", "--policy.seeding=lerobot-eval", "--eval.batch_size=2")
-        )
+        res = run_subprocess(*rollbench_args(ckpt, tmp_path / "seeded", "--policy.seeding=lerobot-eval",
+                                             "--eval.batch_size=2"))
         theirs = their_run.result()
     assert res.rc == 0, res.err[-3000:]
     info = load_info(tmp_path / "seeded")
@@ -283,9 +265,7 @@ def test_lerobot_eval_seeding_gives_lerobot_eval_s_sampled_episodes(tmp_path: Pa
 
 
 def test_lerobot_eval_seeding_is_for_lerobot_checkpoints(cli, tmp_path: Path) -> None:
-    res = cli(
-        "eval", "--env.type=fake", "--policy.type=random", "--policy.seeding=lerobot-eval", f"--output_dir={tmp_path}"
-    )
+    res = cli("eval", "--env.type=fake", "--policy.type=random", "--policy.seeding=lerobot-eval", f"--output_dir={tmp_path}")
     assert res.rc == 2 and "--policy.seeding=lerobot-eval is for LeRobot checkpoints" in res.err
 
 
@@ -294,11 +274,8 @@ def test_a_lerobot_eval_command_line_needs_no_policy_type(cli, act_ckpt: Path, t
     LeRobot checkpoint, with the same episodes as --policy.type=lerobot."""
     typed = cli(*rollbench_args(act_ckpt, tmp_path / "typed", "--eval.mode=lockstep", "--eval.batch_size=2"))
     assert typed.rc == 0, typed.err[-2000:]
-    args = [
-        a
-        for a in rollbench_args(act_ckpt, tmp_path / "bare", "--eval.mode=lockstep", "--eval.batch_size=2")
-        if a != "--policy.type=lerobot"
-    ]
+    args = [a for a in rollbench_args(act_ckpt, tmp_path / "bare", "--eval.mode=lockstep", "--eval.batch_size=2")
+            if a != "--policy.type=lerobot"]
     bare = cli(*args)
     assert bare.rc == 0, bare.err[-2000:]
     assert load_info(tmp_path / "bare")["config"]["policy"]["type"] == "lerobot"

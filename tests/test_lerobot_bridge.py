@@ -44,17 +44,9 @@ def test_so101_plugin_end_to_end(cli, tmp_path: Path) -> None:
     and resumed, too."""
     if importlib.util.find_spec("lerobot_env_so101") is None:  # not imported here: rollbench imports it as a plugin
         pytest.skip("lerobot-env-so101 is not installed (the Makefile's install-dev installs it)")
-    flags = [
-        "eval",
-        "--env.type=lerobot",
-        "--env.name=so101",
-        "--env.episode_length=15",
-        "--env.fields=reward_type=dense,random_block_position=true,action_scale=0.025",
-        "--policy.type=random",
-        "--eval.n_episodes=3",
-        f"--seed={SEED}",
-        "--eval.report=false",
-    ]
+    flags = ["eval", "--env.type=lerobot", "--env.name=so101", "--env.episode_length=15",
+             "--env.fields=reward_type=dense,random_block_position=true,action_scale=0.025",
+             "--policy.type=random", "--eval.n_episodes=3", f"--seed={SEED}", "--eval.report=false"]
     a = cli(*flags, "--eval.mode=continuous", "--workers=2", f"--output_dir={tmp_path / 'c'}")
     assert a.rc == 0, a.err
     info = load_info(tmp_path / "c")
@@ -89,33 +81,20 @@ def pusht_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from rollbench.benchmarks.pusht import PushTConfig
 
     root = tmp_path_factory.mktemp("ckpt")
-    return {
-        obs: make_checkpoint(root / obs, PushTConfig(obs_type=obs))
-        for obs in ("pixels_agent_pos", "environment_state_agent_pos")
-    }
+    return {obs: make_checkpoint(root / obs, PushTConfig(obs_type=obs)) for obs in ("pixels_agent_pos", "environment_state_agent_pos")}
 
 
 @pytest.mark.pusht
 @pytest.mark.parametrize(
     ("obs_type", "mode"),
-    [
-        ("pixels_agent_pos", ["--eval.mode=lockstep", "--eval.isolation=none", "--eval.batch_size=2"]),
-        ("environment_state_agent_pos", ["--eval.mode=continuous", "--workers=2"]),
-    ],
+    [("pixels_agent_pos", ["--eval.mode=lockstep", "--eval.isolation=none", "--eval.batch_size=2"]),
+     ("environment_state_agent_pos", ["--eval.mode=continuous", "--workers=2"])],
 )
-def test_pusht_through_the_bridge_equals_native(
-    cli, tmp_path: Path, pusht_ckpts: dict[str, Path], obs_type: str, mode: list[str]
-) -> None:
+def test_pusht_through_the_bridge_equals_native(cli, tmp_path: Path, pusht_ckpts: dict[str, Path], obs_type: str, mode: list[str]) -> None:
     """The same ACT checkpoint, seeds and step limit: every episode's success, sum and max
     reward and length are equal, bit for bit (LeRobot's fields pass through --env.fields)."""
-    common = [
-        f"--policy.path={pusht_ckpts[obs_type]}",
-        "--eval.n_episodes=4",
-        "--env.episode_length=30",
-        f"--seed={SEED}",
-        "--eval.report=false",
-        *mode,
-    ]
+    common = [f"--policy.path={pusht_ckpts[obs_type]}", "--eval.n_episodes=4", "--env.episode_length=30",
+              f"--seed={SEED}", "--eval.report=false", *mode]
     native = cli("eval", "--env.type=pusht", f"--env.obs_type={obs_type}", *common, f"--output_dir={tmp_path / 'n'}")
     assert native.rc == 0, native.err
     fields = [] if obs_type == "pixels_agent_pos" else [f"--env.fields=obs_type={obs_type}"]
@@ -199,28 +178,13 @@ def test_metaworld_through_the_bridge(tmp_path: Path) -> None:
     from rollbench.rendering import choose_backend
 
     out = tmp_path / "mw"
-    res = run_subprocess(
-        "eval",
-        "--env.type=lerobot",
-        "--env.name=metaworld",
-        "--env.task=reach-v3,push-v3",
-        "--env.episode_length=4",
-        "--policy.type=random",
-        "--eval.n_episodes=1",
-        "--eval.mode=lockstep",
-        "--eval.isolation=none",
-        "--eval.report=false",
-        f"--output_dir={out}",
-        MUJOCO_GL=choose_backend("auto"),
-    )
+    res = run_subprocess("eval", "--env.type=lerobot", "--env.name=metaworld", "--env.task=reach-v3,push-v3",
+                         "--env.episode_length=4", "--policy.type=random", "--eval.n_episodes=1", "--eval.mode=lockstep",
+                         "--eval.isolation=none", "--eval.report=false", f"--output_dir={out}",
+                         MUJOCO_GL=choose_backend("auto"))
     assert res.rc == 0, res.err[-3000:]
-    got = {
-        (t["task_group"], t["task"]): (t["description"], t["metrics"]["n_steps"]) for t in load_info(out)["per_task"]
-    }
-    assert got == {
-        ("reach-v3", "reach-v3"): ("Reach a goal position", [4]),
-        ("push-v3", "push-v3"): ("Push the puck to a goal", [4]),
-    }
+    got = {(t["task_group"], t["task"]): (t["description"], t["metrics"]["n_steps"]) for t in load_info(out)["per_task"]}
+    assert got == {("reach-v3", "reach-v3"): ("Reach a goal position", [4]), ("push-v3", "push-v3"): ("Push the puck to a goal", [4])}
 
 
 @pytest.mark.slow
@@ -232,32 +196,16 @@ def test_metaworld_through_the_bridge_equals_native(tmp_path: Path) -> None:
     pytest.importorskip("metaworld")
     from rollbench.rendering import choose_backend
 
-    common = (
-        "--env.task=reach-v3,push-v3",
-        "--env.episode_length=10",
-        "--policy.type=random",
-        "--eval.n_episodes=2",
-        f"--seed={SEED}",
-        "--eval.mode=lockstep",
-        "--eval.isolation=none",
-        "--eval.report=false",
-        "--eval.max_episodes_rendered=0",
-    )
+    common = ("--env.task=reach-v3,push-v3", "--env.episode_length=10", "--policy.type=random", "--eval.n_episodes=2",
+              f"--seed={SEED}", "--eval.mode=lockstep", "--eval.isolation=none", "--eval.report=false",
+              "--eval.max_episodes_rendered=0")
     gl = {"MUJOCO_GL": choose_backend("auto")}
-    bridge = run_subprocess(
-        "eval", "--env.type=lerobot", "--env.name=metaworld", *common, f"--output_dir={tmp_path / 'b'}", **gl
-    )
+    bridge = run_subprocess("eval", "--env.type=lerobot", "--env.name=metaworld", *common,
+                            f"--output_dir={tmp_path / 'b'}", **gl)
     assert bridge.rc == 0, bridge.err[-3000:]
-    native = run_subprocess(
-        "eval",
-        "--env.type=metaworld",
-        "--env.obs_type=pixels_agent_pos",
-        "--env.observation_width=480",
-        "--env.observation_height=480",
-        *common,
-        f"--output_dir={tmp_path / 'n'}",
-        **gl,
-    )
+    native = run_subprocess("eval", "--env.type=metaworld", "--env.obs_type=pixels_agent_pos",
+                            "--env.observation_width=480", "--env.observation_height=480", *common,
+                            f"--output_dir={tmp_path / 'n'}", **gl)
     assert native.rc == 0, native.err[-3000:]
 
     def by_task(out: Path) -> dict[tuple[str, int], Any]:
@@ -272,7 +220,7 @@ def test_metaworld_through_the_bridge_equals_native(tmp_path: Path) -> None:
 # -- (c) LeRobot's EnvHub file through --env.type=hub -----------------------------------------
 
 ENVHUB = textwrap.dedent(
-    """
+    '''
     import gymnasium as gym
     import numpy as np
     {vec_import}
@@ -306,22 +254,17 @@ ENVHUB = textwrap.dedent(
     def make_env(n_envs=1, use_async_envs=False, cfg=None):
         assert cfg is not None and cfg.hub_path  # rollbench passes its config, as LeRobot passes its own
         {make_body}
-    """
+    '''
 )
 
 FORMS = {
     # gym.vector looked up when make_env runs: rollbench records the factories, builds nothing
-    "dict": (
-        "",
-        'Vec = gym.vector.SyncVectorEnv\n    return {"near": {0: Vec([one(1.0, 6)] * n_envs), 3: Vec([one(20.0, 9)] * n_envs)}, '
-        '"far": {0: Vec([one(50.0, 5)] * n_envs)}}',
-    ),
+    "dict": ("", 'Vec = gym.vector.SyncVectorEnv\n    return {"near": {0: Vec([one(1.0, 6)] * n_envs), 3: Vec([one(20.0, 9)] * n_envs)}, '
+                 '"far": {0: Vec([one(50.0, 5)] * n_envs)}}'),
     # a class imported by name builds its envs; rollbench takes its factories and closes it
-    "dict-imported": (
-        "from gymnasium.vector import SyncVectorEnv",
-        'return {"near": {0: SyncVectorEnv([one(1.0, 6)] * n_envs), 3: SyncVectorEnv([one(20.0, 9)] * n_envs)}, '
-        '"far": {0: SyncVectorEnv([one(50.0, 5)] * n_envs)}}',
-    ),
+    "dict-imported": ("from gymnasium.vector import SyncVectorEnv",
+                      'return {"near": {0: SyncVectorEnv([one(1.0, 6)] * n_envs), 3: SyncVectorEnv([one(20.0, 9)] * n_envs)}, '
+                      '"far": {0: SyncVectorEnv([one(50.0, 5)] * n_envs)}}'),
     "single-env": ("", "return one(1.0, 6)()"),
 }
 
@@ -338,15 +281,8 @@ def test_envhub_file_through_hub(cli, tmp_path: Path, form: str) -> None:
     assert hub.tasks() == expect
     if form == "dict":
         assert hub.module.BUILT == []  # listing the suites built no env
-    flags = [
-        "eval",
-        "--env.type=hub",
-        f"--env.hub_path={path}",
-        "--trust_remote_code=true",
-        "--policy.type=random",
-        "--eval.n_episodes=2",
-        "--eval.report=false",
-    ]
+    flags = ["eval", "--env.type=hub", f"--env.hub_path={path}", "--trust_remote_code=true", "--policy.type=random",
+             "--eval.n_episodes=2", "--eval.report=false"]
     a = cli(*flags, "--eval.mode=lockstep", "--eval.isolation=none", f"--output_dir={tmp_path / 'l'}")
     b = cli(*flags, "--eval.mode=continuous", "--workers=2", f"--output_dir={tmp_path / 'c'}")
     assert a.rc == 0 and b.rc == 0, a.err + b.err
@@ -356,11 +292,7 @@ def test_envhub_file_through_hub(cli, tmp_path: Path, form: str) -> None:
     for t in info["per_task"]:
         assert t["task_group"] in expect and t["task"] in expect[t["task_group"]]
         steps = t["metrics"]["n_steps"]
-        assert (
-            all(n <= limits[t["task"]] for n in steps)
-            if t["task"] in ("near/0", "hub_env")
-            else steps == [limits[t["task"]]] * 2
-        )
+        assert all(n <= limits[t["task"]] for n in steps) if t["task"] in ("near/0", "hub_env") else steps == [limits[t["task"]]] * 2
         # LeRobot's add_envs_task reads the outer (TimeLimit) env's attribute, which it has not
         assert t["description"] == ""
 
@@ -378,31 +310,17 @@ def test_envhub_file_from_a_hub_id(tmp_path: Path) -> None:
     (snapshot.parent.parent / "refs" / "main").write_text(commit)
     (tmp_path / "walk.py").write_text(source)
     env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
-    flags = [
-        "eval",
-        "--env.type=hub",
-        "--trust_remote_code=true",
-        "--policy.type=random",
-        "--eval.n_episodes=2",
-        "--eval.report=false",
-        "--eval.mode=continuous",
-        "--workers=2",
-    ]
-    by_id = run_subprocess(
-        *flags, "--env.hub_path=rollbench-test/walk:envs/walk.py", f"--output_dir={tmp_path / 'id'}", **env
-    )
+    flags = ["eval", "--env.type=hub", "--trust_remote_code=true", "--policy.type=random", "--eval.n_episodes=2",
+             "--eval.report=false", "--eval.mode=continuous", "--workers=2"]
+    by_id = run_subprocess(*flags, "--env.hub_path=rollbench-test/walk:envs/walk.py", f"--output_dir={tmp_path / 'id'}", **env)
     assert by_id.rc == 0, by_id.err[-3000:]
-    by_path = run_subprocess(
-        *flags, f"--env.hub_path={tmp_path / 'walk.py'}", f"--output_dir={tmp_path / 'path'}", **env
-    )
+    by_path = run_subprocess(*flags, f"--env.hub_path={tmp_path / 'walk.py'}", f"--output_dir={tmp_path / 'path'}", **env)
     assert by_path.rc == 0, by_path.err[-3000:]
     assert per_episode(tmp_path / "id") == per_episode(tmp_path / "path") and len(per_episode(tmp_path / "id")) == 6
     assert load_info(tmp_path / "id")["config"]["env"]["hub_path"] == f"rollbench-test/walk@{commit}:envs/walk.py"
     # a file the repository does not have, and a repository the cache does not have: one line each
-    for hub_path, words in (
-        ("rollbench-test/walk:nope.py", ["has no nope.py"]),
-        ("rollbench-test/other", ["HF_HUB_OFFLINE", "not in the cache"]),
-    ):
+    for hub_path, words in (("rollbench-test/walk:nope.py", ["has no nope.py"]),
+                            ("rollbench-test/other", ["HF_HUB_OFFLINE", "not in the cache"])):
         res = run_subprocess(*flags, f"--env.hub_path={hub_path}", f"--output_dir={tmp_path / 'bad'}", **env)
         errors = [ln for ln in res.err.splitlines() if ln.startswith("rollbench: error:")]
         assert res.rc == 2 and len(errors) == 1 and "Traceback" not in res.err, res.err
@@ -426,22 +344,13 @@ def test_serve_asks_consent_before_it_imports_an_envhub_file(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("flags", "words"),
     [
-        (
-            ["--env.name=pusx"],
-            ["--env.name='pusx'", "Did you mean 'pusht'", "pusht", "metaworld", "pip install lerobot-env-pusx"],
-        ),
+        (["--env.name=pusx"], ["--env.name='pusx'", "Did you mean 'pusht'", "pusht", "metaworld", "pip install lerobot-env-pusx"]),
         ([], ["--env.name is required", "pusht", "aloha"]),
-        (
-            ["--env.name=pusht", "--env.fields=obs_typo=state"],
-            ["--env.fields", "obs_typo=state", "Did you mean 'obs_type'", "visualization_width"],
-        ),
+        (["--env.name=pusht", "--env.fields=obs_typo=state"], ["--env.fields", "obs_typo=state", "Did you mean 'obs_type'", "visualization_width"]),
         (["--env.name=pusht", "--env.fields=episode_length=5"], ["--env.episode_length=5"]),
         (["--env.name=pusht", "--env.fields=obs_type"], ["--env.fields", "key=value"]),
         (["--env.name=pusht", "--env.fields=visualization_width=wide"], ["PushtEnv", "visualization_width", "wide"]),
-        (
-            ["--env.name=pusht", "--env.fields=obs_type=nope"],
-            ["LeRobot cannot build task pusht", "--env.fields", "nope"],
-        ),
+        (["--env.name=pusht", "--env.fields=obs_type=nope"], ["LeRobot cannot build task pusht", "--env.fields", "nope"]),
     ],
     ids=["unknown-name", "no-name", "unknown-field", "own-flag-in-fields", "not-key-value", "bad-value", "unbuildable"],
 )
@@ -461,16 +370,9 @@ def test_a_plugin_that_fails_to_import_is_named_with_its_error(tmp_path: Path) -
     (site / "lerobot_env_broken" / "__init__.py").write_text('raise ImportError("needs the simulator broksim")\n')
     (site / "lerobot_env_broken-0.1.dist-info").mkdir()
     (site / "lerobot_env_broken-0.1.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: lerobot-env-broken\nVersion: 0.1\n"
-    )
-    res = run_subprocess(
-        "eval",
-        "--env.type=lerobot",
-        "--env.name=broken",
-        "--policy.type=random",
-        f"--output_dir={tmp_path / 'out'}",
-        PYTHONPATH=str(site),
-    )
+        "Metadata-Version: 2.1\nName: lerobot-env-broken\nVersion: 0.1\n")
+    res = run_subprocess("eval", "--env.type=lerobot", "--env.name=broken", "--policy.type=random",
+                         f"--output_dir={tmp_path / 'out'}", PYTHONPATH=str(site))
     errors = [ln for ln in res.err.splitlines() if ln.startswith("rollbench: error:")]
     assert res.rc == 2 and len(errors) == 1 and "Traceback" not in res.err, res.err
     assert "lerobot_env_broken (ImportError: needs the simulator broksim)" in errors[0]
@@ -480,13 +382,7 @@ def test_a_plugin_that_fails_to_import_is_named_with_its_error(tmp_path: Path) -
 def test_an_envhub_file_without_make_env_is_one_line(cli, tmp_path: Path) -> None:
     path = tmp_path / "env.py"
     path.write_text("X = 1\n")
-    res = cli(
-        "eval",
-        "--env.type=hub",
-        f"--env.hub_path={path}",
-        "--trust_remote_code=true",
-        "--policy.type=random",
-        f"--output_dir={tmp_path / 'out'}",
-    )
+    res = cli("eval", "--env.type=hub", f"--env.hub_path={path}", "--trust_remote_code=true", "--policy.type=random",
+              f"--output_dir={tmp_path / 'out'}")
     assert res.rc == 2 and "defines no make_env" in res.err and "Traceback" not in res.err, res.err
     assert not (tmp_path / "out").exists()

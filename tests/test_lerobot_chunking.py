@@ -131,10 +131,8 @@ def xvla_case(tmp_path_factory: pytest.TempPathFactory) -> Case:
     to_policy, _ = policy.env_processors(bench)
 
     def libero_batch(n: int, rng: np.random.Generator) -> dict:
-        flat: dict[str, Any] = {
-            f"observation.images.{name}": rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8)
-            for name in bench.camera_names
-        }
+        flat: dict[str, Any] = {f"observation.images.{name}": rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8)
+                                for name in bench.camera_names}
         for shape, key in ROBOT_STATE.values():
             flat[key] = rng.normal(size=(n, *shape))
         flat["task"] = ["pick up the black bowl"] * n
@@ -160,12 +158,8 @@ def test_per_slot_equals_select_action_at_one_row_per_call(request: pytest.Fixtu
         for i, slot in enumerate((3, 5)):
             got[slot].append(policy.act(_row(b, i), [slot]))
     np.testing.assert_array_equal(np.concatenate(got[3]), _select_action(policy, 70, [_row(b, 0) for b in batches]))
-    np.testing.assert_array_equal(
-        np.concatenate(got[5][:6]), _select_action(policy, 80, [_row(b, 1) for b in batches[:6]])
-    )
-    np.testing.assert_array_equal(
-        np.concatenate(got[5][6:]), _select_action(policy, 81, [_row(b, 1) for b in batches[6:]])
-    )
+    np.testing.assert_array_equal(np.concatenate(got[5][:6]), _select_action(policy, 80, [_row(b, 1) for b in batches[:6]]))
+    np.testing.assert_array_equal(np.concatenate(got[5][6:]), _select_action(policy, 81, [_row(b, 1) for b in batches[6:]]))
 
 
 @CASES
@@ -189,26 +183,15 @@ def test_batched_rows_draw_their_own_noise(request: pytest.FixtureRequest, case:
 
 def _eval(ckpt: Path, out: Path, *extra: str, **env: str):
     return run_subprocess(
-        "eval",
-        "--env.type=pusht",
-        f"--env.episode_length={LENGTH}",
-        f"--policy.path={ckpt}",
-        "--eval.n_episodes=4",
-        "--seed=1000",
-        f"--output_dir={out}",
-        *extra,
-        OMP_NUM_THREADS="1",
-        **env,
+        "eval", "--env.type=pusht", f"--env.episode_length={LENGTH}", f"--policy.path={ckpt}",
+        "--eval.n_episodes=4", "--seed=1000", f"--output_dir={out}", *extra, OMP_NUM_THREADS="1", **env,
     )
 
 
 @pytest.mark.slow
 @TYPES
 def test_runs_continuous_with_the_episodes_of_lockstep_at_batch_one(
-    request: pytest.FixtureRequest,
-    tmp_path: Path,
-    ckpt_fixture: str,
-    path: str,
+    request: pytest.FixtureRequest, tmp_path: Path, ckpt_fixture: str, path: str,
 ) -> None:
     """Diffusion and SmolVLA are continuous by default; at one row per call their episodes are
     lockstep's at --eval.batch_size=1 (LeRobot's select_action), whatever the workers."""
@@ -220,15 +203,8 @@ def test_runs_continuous_with_the_episodes_of_lockstep_at_batch_one(
     }
 
     def run(name: str) -> Any:
-        return _eval(
-            ckpt,
-            tmp_path / name,
-            *configs[name],
-            "--eval.max_episodes_rendered=0",
-            "--eval.report=false",
-            HF_HUB_OFFLINE="1",
-            TRANSFORMERS_OFFLINE="1",
-        )
+        return _eval(ckpt, tmp_path / name, *configs[name], "--eval.max_episodes_rendered=0", "--eval.report=false",
+                     HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
     with ThreadPoolExecutor(len(configs)) as pool:  # independent processes: their start-ups overlap
         results = dict(zip(configs, pool.map(run, configs), strict=True))

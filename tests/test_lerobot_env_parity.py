@@ -309,11 +309,7 @@ def test_libero_smolvla_episodes_equal_lerobot_eval(libero_smolvla_ckpt: Path, t
     instruction tokenized, the flow-matching noise drawn as lerobot-eval draws it: every action
     of every step equal."""
     assert_libero_episodes_equal_lerobot_eval(
-        libero_smolvla_ckpt,
-        tmp_path,
-        "--policy.seeding=lerobot-eval",
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
+        libero_smolvla_ckpt, tmp_path, "--policy.seeding=lerobot-eval", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
     )
 
 
@@ -327,10 +323,8 @@ def libero_xvla_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pat
 
     bench = LiberoConfig(task=SUITE, task_ids=("0",), observation_height=SIZE, observation_width=SIZE)
     root = tmp_path_factory.mktemp("xvla")
-    return {
-        kind: make_xvla_libero_checkpoint(root / kind, bench, published=kind == "published")
-        for kind in ("published", "standard")
-    }
+    return {kind: make_xvla_libero_checkpoint(root / kind, bench, published=kind == "published")
+            for kind in ("published", "standard")}
 
 
 @pytest.mark.libero
@@ -349,29 +343,16 @@ def test_libero_xvla_episodes_equal_lerobot_eval(libero_xvla_ckpts: dict[str, Pa
 
     def standard_through_the_bridge() -> None:
         runs["standard"], _ = run_rollbench_on_libero(
-            libero_xvla_ckpts["standard"],
-            tmp_path / "standard",
-            "--policy.seeding=lerobot-eval",
-            bridge=True,
-            **offline,
+            libero_xvla_ckpts["standard"], tmp_path / "standard", "--policy.seeding=lerobot-eval", bridge=True, **offline,
         )
         # the preflight sees what X-VLA's env processors make: the 20-d state, the model's 20-d action
-        runs["check"] = run_subprocess(
-            "check",
-            "--env.type=libero",
-            f"--env.task={SUITE}",
-            "--env.task_ids=0",
-            *LIBERO_SIZE,
-            f"--policy.path={libero_xvla_ckpts['standard']}",
-            **libero_threads(**offline),
-        )
+        runs["check"] = run_subprocess("check", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=0",
+                                       *LIBERO_SIZE, f"--policy.path={libero_xvla_ckpts['standard']}",
+                                       **libero_threads(**offline))
 
     assert_libero_episodes_equal_lerobot_eval(
-        libero_xvla_ckpts["published"],
-        tmp_path / "published",
-        "--policy.seeding=lerobot-eval",
-        meanwhile=standard_through_the_bridge,
-        **offline,
+        libero_xvla_ckpts["published"], tmp_path / "published", "--policy.seeding=lerobot-eval",
+        meanwhile=standard_through_the_bridge, **offline,
     )
     published = read_actions(tmp_path / "published" / "rollbench.jsonl")
     assert read_actions(runs["standard"]) == published
@@ -383,17 +364,14 @@ def test_libero_xvla_episodes_equal_lerobot_eval(libero_xvla_ckpts: dict[str, Pa
 @pytest.mark.libero
 @pytest.mark.slow
 @needs_libero
-def test_libero_xvla_runs_continuous_with_the_episodes_of_lockstep_at_batch_one(
-    libero_xvla_ckpts: dict[str, Path], tmp_path: Path
-) -> None:
+def test_libero_xvla_runs_continuous_with_the_episodes_of_lockstep_at_batch_one(libero_xvla_ckpts: dict[str, Path],
+                                                                                tmp_path: Path) -> None:
     """X-VLA leaves lockstep (a queue per slot; each row's noise drawn from its episode's
     generator around the call, X-VLA ignoring `noise=`), through its own env processors:
     continuous in 2 workers at one row per call gives lockstep's actions at batch 1, every step."""
     offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    configs = {
-        "lockstep": ("--eval.mode=lockstep", "--eval.batch_size=1"),
-        "w2": ("--workers=2", "--slots_per_worker=1", "--policy.max_batch_size=1"),
-    }
+    configs = {"lockstep": ("--eval.mode=lockstep", "--eval.batch_size=1"),
+               "w2": ("--workers=2", "--slots_per_worker=1", "--policy.max_batch_size=1")}
 
     def run(name: str) -> tuple[Path, list[Any]]:
         return run_rollbench_on_libero(libero_xvla_ckpts["standard"], tmp_path / name, mode=configs[name], **offline)
@@ -416,9 +394,8 @@ def libero_threads(**env: str) -> dict[str, str]:
 LOCKSTEP = ("--eval.mode=lockstep", f"--eval.batch_size={EPISODES}")
 
 
-def run_rollbench_on_libero(
-    ckpt: Path, tmp_path: Path, *flags: str, bridge: bool = False, mode: tuple[str, ...] = LOCKSTEP, **env: str
-) -> tuple[Path, list[Any]]:
+def run_rollbench_on_libero(ckpt: Path, tmp_path: Path, *flags: str, bridge: bool = False,
+                            mode: tuple[str, ...] = LOCKSTEP, **env: str) -> tuple[Path, list[Any]]:
     """`rollbench eval` (lockstep at one batch, or `mode`'s flags) on LIBERO's first
     libero_spatial task, every action recorded: (the recorded actions' file, each episode's
     results in order). `bridge`: LeRobot's LIBERO (`--env.type=lerobot --env.name=libero`)
@@ -434,21 +411,9 @@ def run_rollbench_on_libero(
     else:
         env_flags = ("--env.type=libero", "--env.task_ids=0", *LIBERO_SIZE)
     res = run_subprocess(
-        "eval",
-        *env_flags,
-        f"--env.task={SUITE}",
-        f"--env.episode_length={LENGTH}",
-        f"--policy.path={ckpt}",
-        "--policy.device=cpu",
-        *mode,
-        f"--eval.n_episodes={EPISODES}",
-        f"--seed={SEED}",
-        f"--output_dir={tmp_path / 'rollbench'}",
-        *flags,
-        timeout=600,
-        PYTHONPATH=os.pathsep.join([str(hook), str(TESTS)]),
-        RECORD_ACTIONS=str(our_actions),
-        **libero_threads(**env),
+        "eval", *env_flags, f"--env.task={SUITE}", f"--env.episode_length={LENGTH}",
+        f"--policy.path={ckpt}", "--policy.device=cpu", *mode, f"--eval.n_episodes={EPISODES}", f"--seed={SEED}", f"--output_dir={tmp_path / 'rollbench'}", *flags, timeout=600,
+        PYTHONPATH=os.pathsep.join([str(hook), str(TESTS)]), RECORD_ACTIONS=str(our_actions), **libero_threads(**env),
     )
     assert res.rc == 0, res.err[-3000:]
     assert load_info(tmp_path / "rollbench")["mode"] == ("lockstep" if "--eval.mode=lockstep" in mode else "continuous")
@@ -456,9 +421,8 @@ def run_rollbench_on_libero(
     return our_actions, [eps[(SUITE, 0, i)] for i in range(EPISODES)]
 
 
-def assert_libero_episodes_equal_lerobot_eval(
-    ckpt: Path, tmp_path: Path, *flags: str, meanwhile: Callable[[], None] | None = None, **env: str
-) -> None:
+def assert_libero_episodes_equal_lerobot_eval(ckpt: Path, tmp_path: Path, *flags: str,
+                                              meanwhile: Callable[[], None] | None = None, **env: str) -> None:
     """lerobot-eval and `rollbench eval` (lockstep) on LIBERO's first libero_spatial task: every
     step's action (recorded in both processes) and every episode's results equal. The two run
     at once (lerobot-eval uses one core), and so does `meanwhile`, if given."""
@@ -473,29 +437,12 @@ def assert_libero_episodes_equal_lerobot_eval(
     their_run = functools.partial(
         subprocess.run,
         [
-            sys.executable,
-            "-c",
-            LEROBOT_EVAL,
-            str(assets),
-            str(their_actions),
-            str(SIZE),
-            f"--policy.path={libero_ckpt}",
-            "--policy.device=cpu",
-            "--eval.use_async_envs=false",
-            "--env.type=libero",
-            f"--env.task={SUITE}",
-            "--env.task_ids=[0]",
-            f"--env.episode_length={LENGTH}",
-            f"--eval.n_episodes={EPISODES}",
-            f"--eval.batch_size={EPISODES}",
-            f"--seed={SEED}",
-            f"--output_dir={tmp_path / 'lerobot'}",
+            sys.executable, "-c", LEROBOT_EVAL, str(assets), str(their_actions), str(SIZE), f"--policy.path={libero_ckpt}",
+            "--policy.device=cpu", "--eval.use_async_envs=false", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=[0]",
+            f"--env.episode_length={LENGTH}", f"--eval.n_episodes={EPISODES}", f"--eval.batch_size={EPISODES}",
+            f"--seed={SEED}", f"--output_dir={tmp_path / 'lerobot'}",
         ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=subprocess_env(**threads),
-        stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=600, env=subprocess_env(**threads), stdin=subprocess.DEVNULL,
     )
     with ThreadPoolExecutor(1) as pool:
         theirs = pool.submit(their_run)

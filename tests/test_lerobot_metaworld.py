@@ -69,11 +69,7 @@ Sample = tuple[list[bool], list[float]]  # (successes, sum_rewards), in episode 
 
 def benchmark(task: str = TASK) -> MetaWorldConfig:
     return MetaWorldConfig(
-        task=task,
-        obs_type="pixels_agent_pos",
-        observation_width=SIZE,
-        observation_height=SIZE,
-        episode_length=LENGTH,
+        task=task, obs_type="pixels_agent_pos", observation_width=SIZE, observation_height=SIZE, episode_length=LENGTH,
     )
 
 
@@ -86,22 +82,11 @@ def steered_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def lerobot_eval(ckpt: Path, out: Path) -> Sample:
     proc = subprocess.run(
         capped_lerobot_eval(
-            LENGTH,
-            False,
-            f"--policy.path={ckpt}",
-            "--policy.device=cpu",
-            "--eval.use_async_envs=false",
-            "--env.type=metaworld",
+            LENGTH, False, f"--policy.path={ckpt}", "--policy.device=cpu", "--eval.use_async_envs=false", "--env.type=metaworld",
             f"--env.task={TASK}",
-            f"--eval.n_episodes={EPISODES}",
-            "--eval.batch_size=2",
-            f"--seed={SEED}",
-            f"--output_dir={out}",
+            f"--eval.n_episodes={EPISODES}", "--eval.batch_size=2", f"--seed={SEED}", f"--output_dir={out}",
         ),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=subprocess_env(MUJOCO_GL=gl_backend()),
+        capture_output=True, text=True, timeout=600, env=subprocess_env(MUJOCO_GL=gl_backend()),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (task,) = json.loads((out / "eval_info.json").read_text())["per_task"]
@@ -110,21 +95,10 @@ def lerobot_eval(ckpt: Path, out: Path) -> Sample:
 
 def rollbench_eval(ckpt: Path, out: Path, *flags: str, task: str = TASK, **env: str) -> Sample:
     res = run_subprocess(
-        "eval",
-        "--env.type=metaworld",
-        f"--env.task={task}",
-        "--env.obs_type=pixels_agent_pos",
-        f"--env.observation_width={SIZE}",
-        f"--env.observation_height={SIZE}",
-        f"--env.episode_length={LENGTH}",
-        "--policy.type=lerobot",
-        f"--policy.path={ckpt}",
-        f"--eval.n_episodes={EPISODES}",
-        f"--seed={SEED}",
-        f"--output_dir={out}",
-        *flags,
-        timeout=600,
-        **env,
+        "eval", "--env.type=metaworld", f"--env.task={task}", "--env.obs_type=pixels_agent_pos",
+        f"--env.observation_width={SIZE}", f"--env.observation_height={SIZE}", f"--env.episode_length={LENGTH}",
+        "--policy.type=lerobot", f"--policy.path={ckpt}", f"--eval.n_episodes={EPISODES}", f"--seed={SEED}",
+        f"--output_dir={out}", *flags, timeout=600, **env,
     )
     assert res.rc == 0, res.err[-3000:]
     (result,) = load_info(out)["per_task"]
@@ -143,9 +117,7 @@ def disagreements(theirs: Sample, ours: Sample) -> list[str]:
         problems.append(f"success {rate:.2f} outside lerobot-eval's Wilson 95% [{interval[0]:.2f}, {interval[1]:.2f}]")
     p = stats.ks_2samp(our_sums, their_sums).pvalue
     if p < ALPHA:
-        problems.append(
-            f"sum_reward KS p={p:.2g} < {ALPHA}: ours {sorted(our_sums)}, lerobot-eval's {sorted(their_sums)}"
-        )
+        problems.append(f"sum_reward KS p={p:.2g} < {ALPHA}: ours {sorted(our_sums)}, lerobot-eval's {sorted(their_sums)}")
     return problems
 
 

@@ -94,18 +94,9 @@ def lerobot_eval(ckpt: Path, out: Path, batch_size: int, env: dict[str, str]) ->
 
 def rollbench(ckpt: Path, out: Path, *extra: str, env: dict[str, str] | None = None) -> list[Episode]:
     res = run_subprocess(
-        "eval",
-        "--env.type=pusht",
-        f"--env.episode_length={LENGTH}",
-        f"--policy.path={ckpt}",
-        f"--eval.n_episodes={EPISODES}",
-        f"--seed={SEED}",
-        f"--output_dir={out}",
-        "--eval.max_episodes_rendered=0",
-        "--eval.report=false",
-        *extra,
-        timeout=900,
-        **(env or OFFLINE),
+        "eval", "--env.type=pusht", f"--env.episode_length={LENGTH}", f"--policy.path={ckpt}",
+        f"--eval.n_episodes={EPISODES}", f"--seed={SEED}", f"--output_dir={out}", "--eval.max_episodes_rendered=0",
+        "--eval.report=false", *extra, timeout=900, **(env or OFFLINE),
     )
     assert res.rc == 0, res.err[-3000:]
     eps = per_episode(out)
@@ -115,10 +106,8 @@ def rollbench(ckpt: Path, out: Path, *extra: str, env: dict[str, str] | None = N
 def lockstep_at_one_and_continuous(ckpt: Path, tmp_path: Path, env: dict[str, str]) -> dict[str, dict]:
     """Per-episode results of lockstep at batch 1 ("lockstep") and continuous in 2 workers at one
     row per call ("w2"), run at once (independent processes: their start-ups overlap)."""
-    configs = {
-        "lockstep": ("--eval.mode=lockstep", "--eval.batch_size=1"),
-        "w2": ("--workers=2", "--slots_per_worker=1", "--policy.max_batch_size=1"),
-    }
+    configs = {"lockstep": ("--eval.mode=lockstep", "--eval.batch_size=1"),
+               "w2": ("--workers=2", "--slots_per_worker=1", "--policy.max_batch_size=1")}
 
     def run(name: str) -> dict:
         rollbench(ckpt, tmp_path / name, *configs[name], env=env)
@@ -181,7 +170,6 @@ def test_the_task_string_is_lerobot_eval_s(name: str, task: str) -> None:
     try:
         from lerobot.envs.utils import add_envs_task
     except ImportError:  # LeRobot 0.6: lerobot_eval.rollout's own lines
-
         def add_envs_task(vec: Any, obs: dict[str, Any]) -> dict[str, Any]:
             for name in ("task_description", "task"):
                 try:
@@ -242,20 +230,14 @@ def test_check_covers_smolvla_s_processors(smolvla_ckpt: Path, tmp_path: Path) -
     assert rc == 2 and rows["n_action_steps"] == ("hard", "--policy.n_action_steps=8 or less: a chunk holds 8 actions")
     narrow = edited(smolvla_ckpt, tmp_path / "narrow", max_state_dim=1)
     rc, rows, text = check(narrow)
-    assert (
-        rc == 2
-        and rows["observation.state (padded)"][0] == "hard"
-        and "max_state_dim" in rows["observation.state (padded)"][1]
-    )
+    assert rc == 2 and rows["observation.state (padded)"][0] == "hard" and "max_state_dim" in rows["observation.state (padded)"][1]
     moved = edited(smolvla_ckpt, tmp_path / "moved", vlm_model_name="/nonexistent/smolvlm")
     rc, rows, text = check(moved)
     assert rc == 2 and rows["vlm_model_name (config)"][0] == "hard"
     uncached = edited(smolvla_ckpt, tmp_path / "uncached", vlm_model_name="rollbench-test/tiny-smolvlm")
     rc, rows, text = check(uncached)
     assert rc == 2 and rows["vlm_model_name (config)"] == (
-        "hard",
-        "download it once with the network (`hf download rollbench-test/tiny-smolvlm`), or unset HF_HUB_OFFLINE",
-    )
+        "hard", "download it once with the network (`hf download rollbench-test/tiny-smolvlm`), or unset HF_HUB_OFFLINE")
 
 
 def _adapter(ckpt: Path, bench: PushTConfig):
@@ -275,9 +257,7 @@ def test_copies_for_parallel_tasks_share_one_set_of_weights(ptype: str, tmp_path
     from rollbench.policies.base import EpisodeStart
 
     bench = PushTConfig()
-    make = (
-        make_smolvla_checkpoint if ptype == "smolvla" else (lambda out, b: make_checkpoint(out, b, policy_type=ptype))
-    )
+    make = make_smolvla_checkpoint if ptype == "smolvla" else (lambda out, b: make_checkpoint(out, b, policy_type=ptype))
     policy = _adapter(make(tmp_path / ptype, bench), bench)
     copies = [copy.copy(policy) for _ in range(3)]
     weights = {p.data_ptr() for p in policy.policy.parameters()}
@@ -301,17 +281,8 @@ def test_parallel_task_copies_add_no_weights_to_memory(tmp_path: Path) -> None:
     from lerobot_helpers import make_checkpoint
 
     bench = PushTConfig()
-    ckpt = make_checkpoint(
-        tmp_path / "act",
-        bench,
-        dim_model=512,
-        n_heads=8,
-        dim_feedforward=3200,
-        n_encoder_layers=4,
-        n_decoder_layers=1,
-        n_vae_encoder_layers=4,
-        latent_dim=32,
-    )
+    ckpt = make_checkpoint(tmp_path / "act", bench, dim_model=512, n_heads=8, dim_feedforward=3200,
+                           n_encoder_layers=4, n_decoder_layers=1, n_vae_encoder_layers=4, latent_dim=32)
     policy = _adapter(ckpt, bench)
     size = sum(p.numel() * p.element_size() for p in policy.policy.parameters())
     assert size > 100e6
@@ -348,9 +319,8 @@ def test_groot_lockstep_equals_lerobot_eval(groot: tuple[Path, dict[str, str]], 
 
 
 @pytest.mark.slow
-def test_groot_runs_continuous_with_the_episodes_of_lockstep_at_batch_one(
-    groot: tuple[Path, dict[str, str]], tmp_path: Path
-) -> None:
+def test_groot_runs_continuous_with_the_episodes_of_lockstep_at_batch_one(groot: tuple[Path, dict[str, str]],
+                                                                          tmp_path: Path) -> None:
     """GR00T leaves lockstep: a queue per slot holding its chunk's tail, and a noise generator per
     slot from which rollbench draws each row's noise around the call (GR00T takes no `noise=`):
     continuous in 2 workers at one row per call gives lockstep's episodes at batch 1, exactly."""
@@ -380,11 +350,8 @@ def test_a_one_task_type_never_sees_two_tasks_in_one_call(tmp_path: Path, monkey
     monkeypatch.setattr(adapter, "ONE_TASK_PER_CALL", {"act"})
     ckpt = make_checkpoint(tmp_path / "act", PushTConfig())
     rng = np.random.default_rng(0)
-    batch = {
-        "observation.image": rng.integers(0, 256, (3, 96, 96, 3), dtype=np.uint8),
-        "observation.state": rng.uniform(0, 512, (3, 2)),
-        "task": ["push", "pull", "push"],
-    }
+    batch = {"observation.image": rng.integers(0, 256, (3, 96, 96, 3), dtype=np.uint8),
+             "observation.state": rng.uniform(0, 512, (3, 2)), "task": ["push", "pull", "push"]}
     starts = [EpisodeStart("pusht", "PushT-v0", "", i, SEED + i) for i in range(3)]
 
     policy = make_adapter(ckpt, PushTConfig(), seed=SEED)
@@ -402,9 +369,8 @@ def test_a_one_task_type_never_sees_two_tasks_in_one_call(tmp_path: Path, monkey
     lockstep = make_adapter(ckpt, PushTConfig(), seed=SEED, seeding="lerobot-eval")
     assert lockstep.path == "lockstep"
     lockstep.reset([0, 1], starts[:2])
-    assert lockstep.act(
-        {k: v[[0, 2]] for k, v in batch.items() if k != "task"} | {"task": ["push", "push"]}, [0, 1]
-    ).shape == (2, 2)
+    assert lockstep.act({k: v[[0, 2]] for k, v in batch.items() if k != "task"} | {"task": ["push", "push"]},
+                        [0, 1]).shape == (2, 2)
     with pytest.raises(PolicyError, match="one task per call"):
         lockstep.act({k: v[:2] for k, v in batch.items()}, [0, 1])
 
@@ -416,14 +382,8 @@ def test_xvla_off_libero_is_refused_in_one_line(tmp_path: Path) -> None:
     from vla_xvla import make_xvla_checkpoint
 
     ckpt = make_xvla_checkpoint(tmp_path / "xvla", PushTConfig())
-    res = run_subprocess(
-        "eval",
-        "--env.type=pusht",
-        f"--policy.path={ckpt}",
-        "--eval.n_episodes=1",
-        f"--output_dir={tmp_path / 'out'}",
-        **OFFLINE,
-    )
+    res = run_subprocess("eval", "--env.type=pusht", f"--policy.path={ckpt}", "--eval.n_episodes=1",
+                         f"--output_dir={tmp_path / 'out'}", **OFFLINE)
     errors = [ln for ln in res.err.splitlines() if ln.startswith("rollbench: error:")]
     assert res.rc == 2 and len(errors) == 1 and "Traceback" not in res.err, res.err
     assert "X-VLA env processors, which are written for LIBERO only" in errors[0]
@@ -446,16 +406,8 @@ def test_xvla_is_not_served(tmp_path: Path) -> None:
 
     bench = LiberoConfig(task=SUITE, task_ids=("0",))
     ckpt = make_xvla_libero_checkpoint(tmp_path / "xvla", bench, published=False)
-    res = run_subprocess(
-        "serve",
-        "--env.type=libero",
-        f"--env.task={SUITE}",
-        "--env.task_ids=0",
-        f"--policy.path={ckpt}",
-        "--port=0",
-        timeout=300,
-        **OFFLINE,
-    )
+    res = run_subprocess("serve", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=0",
+                         f"--policy.path={ckpt}", "--port=0", timeout=300, **OFFLINE)
     errors = [ln for ln in res.err.splitlines() if ln.startswith("rollbench: error:")]
     assert res.rc == 2 and len(errors) == 1 and "Traceback" not in res.err, res.err[-2000:]
     assert "brings its own env processors" in errors[0] and "evaluate it with rollbench eval" in errors[0]
@@ -465,10 +417,8 @@ def test_xvla_is_not_served(tmp_path: Path) -> None:
 #: an overlay directory put first on PYTHONPATH (the rest comes from the venv); make install-dev
 #: installs it into the 3.11 venv. LeRobot 0.6's pi0/pi05 run on stock transformers (>= 5.4).
 OPENPI_OVERLAY = Path(sys.prefix) / "openpi-overlay"
-OVERLAY_INSTALL = (
-    f"{Path(sys.prefix) / 'bin' / 'pip'} install --target {OPENPI_OVERLAY} --no-deps "
-    f"transformers-openpi==4.53.3 tokenizers==0.21.4"
-)
+OVERLAY_INSTALL = (f"{Path(sys.prefix) / 'bin' / 'pip'} install --target {OPENPI_OVERLAY} --no-deps "
+                   f"transformers-openpi==4.53.3 tokenizers==0.21.4")
 
 
 def pi0_needs_openpi_transformers() -> bool:
@@ -500,18 +450,11 @@ def pi0_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from conftest import TESTS
 
     root = tmp_path_factory.mktemp("pi0")
-    build = (
-        "import sys; from pathlib import Path; from vla_pi0 import make_pi0_checkpoint; "
-        "from rollbench.benchmarks.pusht import PushTConfig; "
-        "[make_pi0_checkpoint(Path(sys.argv[1]) / t, PushTConfig(), policy_type=t) for t in ('pi0', 'pi05')]"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", build, str(root)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**subprocess_env(), **OFFLINE, "PYTHONPATH": pythonpath(TESTS)},
-    )
+    build = ("import sys; from pathlib import Path; from vla_pi0 import make_pi0_checkpoint; "
+             "from rollbench.benchmarks.pusht import PushTConfig; "
+             "[make_pi0_checkpoint(Path(sys.argv[1]) / t, PushTConfig(), policy_type=t) for t in ('pi0', 'pi05')]")
+    proc = subprocess.run([sys.executable, "-c", build, str(root)], capture_output=True, text=True, timeout=600,
+                          env={**subprocess_env(), **OFFLINE, "PYTHONPATH": pythonpath(TESTS)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {t: root / t for t in ("pi0", "pi05")}
 
@@ -552,21 +495,13 @@ def test_a_vla_runs_a_libero_episode(ptype: str, tmp_path: Path) -> None:
         env["HF_LEROBOT_HOME"] = str(tmp_path / "home")
     else:
         skip_without_pi0_transformers()
-        build = (
-            "import sys; from pathlib import Path; from vla_pi0 import make_pi0_checkpoint; "
-            "from rollbench.benchmarks.libero import LiberoConfig; "
-            f"make_pi0_checkpoint(Path(sys.argv[1]), LiberoConfig(task={SUITE!r}, task_ids=('0',), "
-            f"observation_height={SIZE}, observation_width={SIZE}), policy_type={ptype!r})"
-        )
+        build = ("import sys; from pathlib import Path; from vla_pi0 import make_pi0_checkpoint; "
+                 "from rollbench.benchmarks.libero import LiberoConfig; "
+                 f"make_pi0_checkpoint(Path(sys.argv[1]), LiberoConfig(task={SUITE!r}, task_ids=('0',), "
+                 f"observation_height={SIZE}, observation_width={SIZE}), policy_type={ptype!r})")
         path = pythonpath(TESTS)
-        proc = subprocess.run(
-            [sys.executable, "-c", build, str(ckpt)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env={**subprocess_env(), **env, "PYTHONPATH": path},
-            stdin=subprocess.DEVNULL,
-        )
+        proc = subprocess.run([sys.executable, "-c", build, str(ckpt)], capture_output=True, text=True, timeout=600,
+                              env={**subprocess_env(), **env, "PYTHONPATH": path}, stdin=subprocess.DEVNULL)
         assert proc.returncode == 0, proc.stderr[-3000:]
         hook = tmp_path / "hook"
         hook.mkdir()
@@ -574,19 +509,9 @@ def test_a_vla_runs_a_libero_episode(ptype: str, tmp_path: Path) -> None:
         env.update(PYTHONPATH=pythonpath(hook, TESTS), TINY_PI0="1")
     out = tmp_path / "run"
     res = run_subprocess(
-        "eval",
-        "--env.type=libero",
-        f"--env.task={SUITE}",
-        "--env.task_ids=0",
-        *LIBERO_SIZE,
-        "--env.episode_length=6",
-        f"--policy.path={ckpt}",
-        "--eval.n_episodes=1",
-        "--eval.max_episodes_rendered=0",
-        "--eval.report=false",
-        f"--output_dir={out}",
-        timeout=600,
-        **env,
+        "eval", "--env.type=libero", f"--env.task={SUITE}", "--env.task_ids=0", *LIBERO_SIZE, "--env.episode_length=6",
+        f"--policy.path={ckpt}", "--eval.n_episodes=1", "--eval.max_episodes_rendered=0", "--eval.report=false",
+        f"--output_dir={out}", timeout=600, **env,
     )
     assert res.rc == 0, res.err[-3000:]
     (task,) = load_info(out)["per_task"]
@@ -597,9 +522,8 @@ def test_a_vla_runs_a_libero_episode(ptype: str, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("ptype", ["pi0", "pi05"])
-def test_pi0_runs_continuous_with_the_episodes_of_lockstep_at_batch_one(
-    pi0_ckpts: dict[str, Path], tmp_path: Path, ptype: str
-) -> None:
+def test_pi0_runs_continuous_with_the_episodes_of_lockstep_at_batch_one(pi0_ckpts: dict[str, Path], tmp_path: Path,
+                                                                        ptype: str) -> None:
     """pi0 and pi05 leave lockstep (a queue and a noise generator per slot, `noise=` per row):
     continuous in 2 workers at one row per call gives lockstep's episodes at batch 1."""
     env, _ = recording_env(tmp_path, "unused", PI0_FIRST, TINY_PI0="1")
@@ -613,6 +537,4 @@ def test_pi0_runs_continuous_with_the_episodes_of_lockstep_at_batch_one(
     for key, ours in runs["w2"].items():
         theirs = runs["lockstep"][key]
         assert (ours[0], ours[3], ours[4]) == (theirs[0], theirs[3], theirs[4]), key
-        assert all(
-            math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12) for a, b in zip(ours[1:3], theirs[1:3], strict=True)
-        ), key
+        assert all(math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12) for a, b in zip(ours[1:3], theirs[1:3], strict=True)), key

@@ -19,35 +19,19 @@ pytestmark = [pytest.mark.libero, pytest.mark.slow]
 needs_assets = pytest.mark.skipif(find_assets(None) is None, reason="no LIBERO assets installed")
 
 BASE = (
-    "eval",
-    "--env.type=libero",
-    "--env.task=libero_spatial",
-    "--env.task_ids=0",
-    "--env.episode_length=3",
-    "--eval.n_episodes=2",
+    "eval", "--env.type=libero", "--env.task=libero_spatial", "--env.task_ids=0",
+    "--env.episode_length=3", "--eval.n_episodes=2",
 )
 
 
 @needs_assets
 def test_spatial_task0_lockstep_equals_continuous_and_keys(cli, tmp_path):
     """One pass each: lockstep (checking policy: keys, shapes) and continuous on 2 workers."""
-    a = cli(
-        *BASE,
-        "--policy.type=module",
-        "--policy.path=helpers_image_policies:libero_default",
-        "--eval.mode=lockstep",
-        "--eval.batch_size=1",
-        f"--output_dir={tmp_path / 'a'}",
-    )
+    a = cli(*BASE, "--policy.type=module", "--policy.path=helpers_image_policies:libero_default",
+            "--eval.mode=lockstep", "--eval.batch_size=1", f"--output_dir={tmp_path / 'a'}")
     assert a.rc == 0, a.err
-    b = cli(
-        *BASE,
-        "--policy.type=module",
-        "--policy.path=helpers_image_policies:libero_default",
-        "--eval.mode=continuous",
-        "--workers=2",
-        f"--output_dir={tmp_path / 'b'}",
-    )
+    b = cli(*BASE, "--policy.type=module", "--policy.path=helpers_image_policies:libero_default",
+            "--eval.mode=continuous", "--workers=2", f"--output_dir={tmp_path / 'b'}")
     assert b.rc == 0, b.err
     ea, eb = per_episode(tmp_path / "a"), per_episode(tmp_path / "b")
     assert ea == eb
@@ -61,20 +45,11 @@ def test_episode_i_starts_from_init_state_i_mod_n_for_any_seed(cli, tmp_path):
     lockstep (per-env `set_attr` on a batch of 2, then a padded batch) and in continuous mode.
     The policy compares the first observed arm joints with the init-state array itself."""
     flags = (
-        "eval",
-        "--env.type=libero",
-        "--env.task=libero_spatial",
-        "--env.task_ids=0",
-        "--seed=7",
-        "--env.num_steps_wait=0",
-        "--env.episode_length=1",
-        "--eval.n_episodes=3",
-        "--env.camera_name=agentview_image",
-        "--env.observation_height=16",
-        "--env.observation_width=16",
+        "eval", "--env.type=libero", "--env.task=libero_spatial", "--env.task_ids=0", "--seed=7",
+        "--env.num_steps_wait=0", "--env.episode_length=1", "--eval.n_episodes=3",
+        "--env.camera_name=agentview_image", "--env.observation_height=16", "--env.observation_width=16",
         "--env.state_keys=robot_state/joints/pos",
-        "--policy.type=module",
-        "--policy.path=helpers_image_policies:libero_init_state_check",
+        "--policy.type=module", "--policy.path=helpers_image_policies:libero_init_state_check",
     )
     a = cli(*flags, "--eval.mode=lockstep", "--eval.batch_size=2", f"--output_dir={tmp_path / 'a'}")
     assert a.rc == 0, a.err
@@ -89,15 +64,8 @@ def test_episode_i_starts_from_init_state_i_mod_n_for_any_seed(cli, tmp_path):
 def test_frames_stay_right_after_another_env_in_the_process_closes():
     """A worker closes a finished task's env while another renders: robosuite freed the
     closed env's GL objects in the other env's context, whose frames became garbage."""
-    cfg = LiberoConfig(
-        task="libero_spatial",
-        task_ids=("0", "1"),
-        obs_type="pixels",
-        camera_name="agentview_image",
-        observation_height=32,
-        observation_width=32,
-        num_steps_wait=0,
-    )
+    cfg = LiberoConfig(task="libero_spatial", task_ids=("0", "1"), obs_type="pixels", camera_name="agentview_image",
+                       observation_height=32, observation_width=32, num_steps_wait=0)
     first, second = cfg.tasks()["libero_spatial"]
 
     def frames(close_other: bool) -> np.ndarray:
@@ -141,9 +109,7 @@ def test_defaults_follow_lerobot():
     cfg = LiberoConfig(task="libero_10,libero_90", task_ids=("1", "0", "1"))
     assert cfg.task_ids == (0, 1)
     assert cfg.camera_names == ("image", "image2")
-    mapped = LiberoConfig(
-        task="libero_goal", camera_name="agentview_image", camera_name_mapping={"agentview_image": "front"}
-    )
+    mapped = LiberoConfig(task="libero_goal", camera_name="agentview_image", camera_name_mapping={"agentview_image": "front"})
     assert set(mapped.features) == {"action", "observation.images.front", "observation.state"}
 
 
@@ -153,10 +119,7 @@ def test_defaults_follow_lerobot():
         (["--env.task=libero_spatail"], "Did you mean 'libero_spatial'"),
         (["--env.task=libero_spatial", "--env.task_ids=10"], "task id 10 is out of range for libero_spatial (0..9)"),
         (["--env.task=libero_90", "--env.task_ids=0,x"], "--env.task_ids="),
-        (
-            ["--env.task=libero_spatial", "--env.assets_dir=/nonexistent/assets"],
-            "LIBERO assets not found in --env.assets_dir",
-        ),
+        (["--env.task=libero_spatial", "--env.assets_dir=/nonexistent/assets"], "LIBERO assets not found in --env.assets_dir"),
         (["--env.task=libero_spatial", "--env.camera_name=agentview"], "ending in _image"),
     ],
 )

@@ -27,16 +27,9 @@ def test_a_users_mujoco_gl_wins_in_every_shard_and_worker(tmp_path: Path) -> Non
     seeing osmesa means the user's value was carried, not re-decided."""
     rec = tmp_path / "calls.txt"
     res = run_subprocess(
-        *FAKE,
-        "--policy.type=module",
-        "--policy.path=helpers_policies:cheap_recording",
-        "--policy.placement=worker",
-        "--eval.num_shards=2",
-        "--launch=local",
-        "--workers=1",
-        f"--output_dir={tmp_path / 'out'}",
-        MUJOCO_GL="osmesa",
-        ROLLBENCH_TEST_RECORD=str(rec),
+        *FAKE, "--policy.type=module", "--policy.path=helpers_policies:cheap_recording", "--policy.placement=worker",
+        "--eval.num_shards=2", "--launch=local", "--workers=1", f"--output_dir={tmp_path / 'out'}",
+        MUJOCO_GL="osmesa", ROLLBENCH_TEST_RECORD=str(rec),
     )
     assert res.rc == 0, res.err
     seen = records(rec)
@@ -49,14 +42,8 @@ def test_a_users_mujoco_gl_wins_in_every_shard_and_worker(tmp_path: Path) -> Non
 def test_a_users_mujoco_gl_wins_in_one_process(tmp_path: Path) -> None:
     rec = tmp_path / "calls.txt"
     res = run_subprocess(
-        *FAKE,
-        "--policy.type=module",
-        "--policy.path=helpers_policies:recording",
-        "--policy.placement=driver",
-        "--workers=2",
-        f"--output_dir={tmp_path / 'out'}",
-        MUJOCO_GL="osmesa",
-        ROLLBENCH_TEST_RECORD=str(rec),
+        *FAKE, "--policy.type=module", "--policy.path=helpers_policies:recording", "--policy.placement=driver",
+        "--workers=2", f"--output_dir={tmp_path / 'out'}", MUJOCO_GL="osmesa", ROLLBENCH_TEST_RECORD=str(rec),
     )
     assert res.rc == 0, res.err
     assert {gl for _, gl, _ in records(rec)} == {"osmesa"}
@@ -64,19 +51,12 @@ def test_a_users_mujoco_gl_wins_in_one_process(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("workers", "slots", "started"), [(4, 1, 1), (3, 2, 1), (2, 1, 1), (1, 1, 1)])
-def test_scheduling_workers_is_the_number_of_workers_started(
-    tmp_path: Path, workers: int, slots: int, started: int
-) -> None:
+def test_scheduling_workers_is_the_number_of_workers_started(tmp_path: Path, workers: int, slots: int,
+                                                             started: int) -> None:
     """One task of one episode keeps one worker busy: the pool starts one, and says so."""
     res = run_subprocess(
-        "eval",
-        "--env.type=fake",
-        "--env.task=near",
-        "--eval.n_episodes=1",
-        "--policy.type=expert",
-        f"--workers={workers}",
-        f"--slots_per_worker={slots}",
-        f"--output_dir={tmp_path}",
+        "eval", "--env.type=fake", "--env.task=near", "--eval.n_episodes=1", "--policy.type=expert",
+        f"--workers={workers}", f"--slots_per_worker={slots}", f"--output_dir={tmp_path}",
     )
     assert res.rc == 0, res.err
     info = load_info(tmp_path)
@@ -85,9 +65,7 @@ def test_scheduling_workers_is_the_number_of_workers_started(
 
 
 def test_scheduling_workers_counts_every_worker_when_the_units_need_them(tmp_path: Path) -> None:
-    res = run_subprocess(
-        *FAKE, "--policy.type=expert", "--workers=2", "--slots_per_worker=1", f"--output_dir={tmp_path}"
-    )
+    res = run_subprocess(*FAKE, "--policy.type=expert", "--workers=2", "--slots_per_worker=1", f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     assert load_info(tmp_path)["scheduling"]["workers"] == 2
     assert len(list((tmp_path / "logs").glob("worker-*.log"))) == 2
@@ -98,13 +76,8 @@ def test_batch_size_is_envs_per_lockstep_batch(tmp_path: Path) -> None:
     (the last padded with copies), one call per step with one row per env."""
     rec = tmp_path / "calls.txt"
     res = run_subprocess(
-        *FAKE,
-        "--env.task=near",
-        "--policy.type=module",
-        "--policy.path=helpers_policies:recording_lockstep",
-        "--eval.batch_size=3",
-        f"--output_dir={tmp_path / 'b3'}",
-        ROLLBENCH_TEST_RECORD=str(rec),
+        *FAKE, "--env.task=near", "--policy.type=module", "--policy.path=helpers_policies:recording_lockstep",
+        "--eval.batch_size=3", f"--output_dir={tmp_path / 'b3'}", ROLLBENCH_TEST_RECORD=str(rec),
     )
     assert res.rc == 0, res.err
     info = load_info(tmp_path / "b3")
@@ -118,13 +91,8 @@ def test_batch_size_is_envs_per_lockstep_batch(tmp_path: Path) -> None:
     # the same episodes at another batch size: the results do not depend on it
     rec.unlink()
     res = run_subprocess(
-        *FAKE,
-        "--env.task=near",
-        "--policy.type=module",
-        "--policy.path=helpers_policies:recording_lockstep",
-        "--eval.batch_size=7",
-        f"--output_dir={tmp_path / 'b7'}",
-        ROLLBENCH_TEST_RECORD=str(rec),
+        *FAKE, "--env.task=near", "--policy.type=module", "--policy.path=helpers_policies:recording_lockstep",
+        "--eval.batch_size=7", f"--output_dir={tmp_path / 'b7'}", ROLLBENCH_TEST_RECORD=str(rec),
     )
     assert res.rc == 0, res.err
     assert set(Counter(r for _, _, r in records(rec) if r > 0)) == {7}
@@ -139,14 +107,8 @@ def test_batch_size_in_continuous_mode_says_what_it_means(tmp_path: Path) -> Non
 
 
 def test_max_batch_size_smaller_than_a_lockstep_batch_is_refused(tmp_path: Path) -> None:
-    res = run_subprocess(
-        *FAKE,
-        "--policy.type=expert",
-        "--eval.mode=lockstep",
-        "--eval.batch_size=4",
-        "--policy.max_batch_size=2",
-        f"--output_dir={tmp_path}",
-    )
+    res = run_subprocess(*FAKE, "--policy.type=expert", "--eval.mode=lockstep", "--eval.batch_size=4",
+                         "--policy.max_batch_size=2", f"--output_dir={tmp_path}")
     assert res.rc == 2
     (line,) = res.err.strip().splitlines()
     assert "--policy.max_batch_size=2" in line and "--eval.batch_size" in line
@@ -163,15 +125,8 @@ def test_eval_info_has_a_schema_version_and_the_command(tmp_path: Path) -> None:
 
 
 def test_a_worker_that_dies_before_any_episode_stops_the_run_instead_of_looping(tmp_path: Path) -> None:
-    res = run_subprocess(
-        *FAKE,
-        "--policy.type=module",
-        "--policy.path=helpers_policies:dies_in_workers",
-        "--policy.placement=worker",
-        "--workers=1",
-        f"--output_dir={tmp_path}",
-        timeout=120,
-    )
+    res = run_subprocess(*FAKE, "--policy.type=module", "--policy.path=helpers_policies:dies_in_workers",
+                         "--policy.placement=worker", "--workers=1", f"--output_dir={tmp_path}", timeout=120)
     assert res.rc == 1, res.err
     assert "times in a row before running any episode" in res.err and "exited with code 3" in res.err
     assert len((tmp_path / "logs" / "worker-0.log").read_text().split("starting at")) - 1 == 4
@@ -188,7 +143,5 @@ def test_a_policy_servers_key_is_never_written_and_transport_options_are_not_ide
     assert "s3cret" not in str(a.to_dict()) and a.to_dict()["policy"]["options"]["api_key"] == "<redacted>"
     assert "s3cret" not in str(a.identity())
     assert a.identity() == cfg(timeout_s="60", connect_retries="9").identity()  # how to reach it, not which
-    other = config_from_flags(
-        {"env.type": "fake", "policy.type": "remote", "policy.url": "ws://127.0.0.1:10", "output_dir": "x"}
-    )
+    other = config_from_flags({"env.type": "fake", "policy.type": "remote", "policy.url": "ws://127.0.0.1:10", "output_dir": "x"})
     assert a.identity() != other.identity()  # another server may be another policy

@@ -11,16 +11,8 @@ import pytest
 from conftest import load_info, per_episode, run_subprocess
 
 # a lockstep-only policy whose actions depend on the steps since the batch's reset
-BASE = [
-    "eval",
-    "--env.type=faulty",
-    "--env.task=near,mid",
-    "--eval.n_episodes=8",
-    "--eval.batch_size=4",
-    "--policy.type=module",
-    "--policy.path=helpers_sched:per_task_counter_policy",
-    "--workers=2",
-]
+BASE = ["eval", "--env.type=faulty", "--env.task=near,mid", "--eval.n_episodes=8", "--eval.batch_size=4",
+        "--policy.type=module", "--policy.path=helpers_sched:per_task_counter_policy", "--workers=2"]
 
 
 def _lines(out: Path) -> list[dict]:
@@ -31,16 +23,9 @@ def test_segfault_kill_hang_and_error_cost_only_their_episodes(tmp_path: Path) -
     clean = run_subprocess(*BASE, f"--output_dir={tmp_path / 'clean'}", ROLLBENCH_PLUGINS="faulty_bench")
     assert clean.rc == 0, clean.err
     faulty = run_subprocess(
-        *BASE,
-        "--env.crash_seed=1002",
-        "--env.segv_seed=1003",
-        "--env.hang_seed=1005",
-        "--env.error_seed=1006",
-        "--eval.max_retries=1",
-        "--eval.step_timeout_s=2",
-        f"--output_dir={tmp_path / 'faulty'}",
-        ROLLBENCH_PLUGINS="faulty_bench",
-        timeout=300,
+        *BASE, "--env.crash_seed=1002", "--env.segv_seed=1003", "--env.hang_seed=1005", "--env.error_seed=1006",
+        "--eval.max_retries=1", "--eval.step_timeout_s=2", f"--output_dir={tmp_path / 'faulty'}",
+        ROLLBENCH_PLUGINS="faulty_bench", timeout=300,
     )
     assert faulty.rc == 1, faulty.err  # the run completes, and says that some episodes failed
     info = load_info(tmp_path / "faulty")
@@ -70,14 +55,8 @@ def test_a_crash_in_the_same_process_ends_the_run(tmp_path: Path) -> None:
     """--eval.isolation=none keeps lerobot-eval's one process: the crash takes the run down;
     what finished before it is in the log, equal to a clean run's."""
     out = tmp_path / "here"
-    r = run_subprocess(
-        *BASE,
-        "--eval.isolation=none",
-        "--env.crash_seed=1005",
-        f"--output_dir={out}",
-        ROLLBENCH_PLUGINS="faulty_bench",
-        timeout=120,
-    )
+    r = run_subprocess(*BASE, "--eval.isolation=none", "--env.crash_seed=1005", f"--output_dir={out}",
+                       ROLLBENCH_PLUGINS="faulty_bench", timeout=120)
     assert r.rc == -9, r.err  # SIGKILL of the only process
     done = {(r["task_group"], r["task_id"], r["episode_index"]): r for r in _lines(out)}
     assert len(done) == 4  # the first batch of the first task; its second batch held the crash
@@ -91,17 +70,9 @@ def test_a_crash_in_the_same_process_ends_the_run(tmp_path: Path) -> None:
 
 @pytest.mark.pusht
 def test_pixels_and_videos_from_env_workers_equal_the_same_process(tmp_path: Path) -> None:
-    base = [
-        "eval",
-        "--env.type=pusht",
-        "--env.episode_length=12",
-        "--policy.type=module",
-        "--policy.path=helpers_sched:image_mean_policy",
-        "--eval.mode=lockstep",
-        "--eval.n_episodes=3",
-        "--eval.batch_size=2",
-        "--eval.max_episodes_rendered=2",
-    ]
+    base = ["eval", "--env.type=pusht", "--env.episode_length=12", "--policy.type=module",
+            "--policy.path=helpers_sched:image_mean_policy", "--eval.mode=lockstep", "--eval.n_episodes=3",
+            "--eval.batch_size=2", "--eval.max_episodes_rendered=2"]
     a = run_subprocess(*base, "--workers=2", f"--output_dir={tmp_path / 'a'}")
     b = run_subprocess(*base, "--eval.isolation=none", f"--output_dir={tmp_path / 'b'}")
     assert a.rc == 0 and b.rc == 0, a.err + b.err
@@ -113,29 +84,16 @@ def test_pixels_and_videos_from_env_workers_equal_the_same_process(tmp_path: Pat
 
 
 def test_isolation_flag_rules(tmp_path: Path) -> None:
-    r = run_subprocess(
-        "eval",
-        "--env.type=fake",
-        "--policy.type=random",
-        "--eval.mode=continuous",
-        "--eval.isolation=none",
-        f"--output_dir={tmp_path / 'x'}",
-    )
+    r = run_subprocess("eval", "--env.type=fake", "--policy.type=random", "--eval.mode=continuous",
+                       "--eval.isolation=none", f"--output_dir={tmp_path / 'x'}")
     assert r.rc == 2 and "--eval.isolation=none" in r.err and "--eval.mode=lockstep" in r.err
     assert len(r.err.strip().splitlines()) == 1
-    r = run_subprocess(
-        "eval", "--env.type=fake", "--policy.type=random", "--eval.isolation=maybe", f"--output_dir={tmp_path / 'y'}"
-    )
+    r = run_subprocess("eval", "--env.type=fake", "--policy.type=random", "--eval.isolation=maybe",
+                       f"--output_dir={tmp_path / 'y'}")
     assert r.rc == 2 and "--eval.isolation" in r.err and "process" in r.err and "none" in r.err
     # auto with isolation=none: everything in this process, so lockstep mode, no workers
-    r = run_subprocess(
-        "eval",
-        "--env.type=fake",
-        "--policy.type=random",
-        "--eval.n_episodes=2",
-        "--eval.isolation=none",
-        f"--output_dir={tmp_path / 'z'}",
-    )
+    r = run_subprocess("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=2",
+                       "--eval.isolation=none", f"--output_dir={tmp_path / 'z'}")
     assert r.rc == 0, r.err
     info = load_info(tmp_path / "z")
     assert info["mode"] == "lockstep" and info["scheduling"]["workers"] == 0

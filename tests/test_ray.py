@@ -27,12 +27,8 @@ FAKE = ("eval", "--env.type=fake", "--policy.type=expert", "--eval.n_episodes=5"
 def cluster():
     """One local cluster for the module's in-process runs (the executor joins it)."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Ray 2.60 turns token auth on for local clusters
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO / "src")])}},
-    )
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO / "src")])}})
     yield
     ray.shutdown()
 
@@ -52,21 +48,15 @@ def test_ray_equals_local_on_the_fake_benchmark(cli, cluster, tmp_path: Path, lo
     assert per_episode(tmp_path) == local_fake
     info = load_info(tmp_path)
     assert info["mode"] == "ray" and info["scheduling"]["actors"] == 2
-    assert info["scheduling"]["counts"] == {
-        "actors_started": 2,
-        "actor_deaths": 0,
-        "requeued_units": 0,
-        "videos_uploaded": 0,
-    }
+    assert info["scheduling"]["counts"] == {"actors_started": 2, "actor_deaths": 0, "requeued_units": 0, "videos_uploaded": 0}
     # only the driver writes the log: one writer, every unit once
     recs = read_records(tmp_path)
     assert len(recs) == 15 and len({r.writer for r in recs}) == 1
 
 
 @pytest.mark.parametrize("extra", [("--ray.actors=1", "--ray.slots_per_actor=3"), ("--ray.units_per_call=1",)])
-def test_ray_results_do_not_depend_on_actors_slots_or_batches(
-    cli, cluster, tmp_path: Path, local_fake: dict, extra: tuple[str, ...]
-) -> None:
+def test_ray_results_do_not_depend_on_actors_slots_or_batches(cli, cluster, tmp_path: Path, local_fake: dict,
+                                                             extra: tuple[str, ...]) -> None:
     res = cli(*FAKE, "--executor=ray", *extra, f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     assert per_episode(tmp_path) == local_fake
@@ -74,13 +64,7 @@ def test_ray_results_do_not_depend_on_actors_slots_or_batches(
 
 @pytest.mark.metaworld
 def test_ray_equals_local_on_metaworld(cli, cluster, tmp_path: Path) -> None:
-    base = (
-        "eval",
-        "--env.type=metaworld",
-        "--env.task=reach-v3,push-v3",
-        "--policy.type=expert",
-        "--eval.n_episodes=3",
-    )
+    base = ("eval", "--env.type=metaworld", "--env.task=reach-v3,push-v3", "--policy.type=expert", "--eval.n_episodes=3")
     assert cli(*base, f"--output_dir={tmp_path / 'local'}").rc == 0
     res = cli(*base, "--executor=ray", f"--output_dir={tmp_path / 'ray'}")
     assert res.rc == 0, res.err
@@ -92,16 +76,8 @@ def test_ray_equals_local_on_metaworld(cli, cluster, tmp_path: Path) -> None:
 def _episode_2_goes_wrong(cli, tmp_path: Path, fault: str, *extra: str) -> tuple[dict, str]:
     """Episode 2 of 6 (seed 1002) has `fault`: run locally and on Ray (1 retry); on Ray it
     alone fails, and every other episode equals the local run's. (eval_info, its cause)"""
-    base = (
-        "eval",
-        "--env.type=faulty",
-        "--env.task=near",
-        f"--env.{fault}_seed=1002",
-        "--policy.type=expert",
-        "--eval.n_episodes=6",
-        "--ray.units_per_call=3",
-        *extra,
-    )
+    base = ("eval", "--env.type=faulty", "--env.task=near", f"--env.{fault}_seed=1002", "--policy.type=expert",
+            "--eval.n_episodes=6", "--ray.units_per_call=3", *extra)
     os.environ["ROLLBENCH_PLUGINS"] = "faulty_bench"
     try:
         cli(*base, "--eval.max_retries=0", f"--output_dir={tmp_path / 'local'}")  # the local results of the others
@@ -139,13 +115,8 @@ def test_videos_sent_back_to_the_driver_are_where_the_report_expects_them(cli, c
     back with its call's records and the driver writes it under --output_dir."""
     import av
 
-    res = cli(
-        *FAKE,
-        "--executor=ray",
-        "--eval.max_episodes_rendered=2",
-        "--ray.upload_videos=true",
-        f"--output_dir={tmp_path}",
-    )
+    res = cli(*FAKE, "--executor=ray", "--eval.max_episodes_rendered=2", "--ray.upload_videos=true",
+              f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     info = load_info(tmp_path)
     videos = info["overall"]["video_paths"]
@@ -165,18 +136,9 @@ def test_lerobots_env_through_the_bridge_in_ray_actors(cli, cluster, tmp_path: P
     pytest.importorskip("gym_pusht")
     import av
 
-    flags = (
-        "eval",
-        "--env.type=lerobot",
-        "--env.name=pusht",
-        "--env.fields=obs_type=environment_state_agent_pos",
-        "--env.episode_length=20",
-        "--policy.type=random",
-        "--eval.n_episodes=3",
-        "--seed=1000",
-        "--eval.max_episodes_rendered=1",
-        "--eval.report=false",
-    )
+    flags = ("eval", "--env.type=lerobot", "--env.name=pusht", "--env.fields=obs_type=environment_state_agent_pos",
+             "--env.episode_length=20", "--policy.type=random", "--eval.n_episodes=3", "--seed=1000",
+             "--eval.max_episodes_rendered=1", "--eval.report=false")
     local = run_subprocess(*flags, f"--output_dir={tmp_path / 'local'}")
     assert local.rc == 0, local.err
     res = cli(*flags, "--executor=ray", "--ray.upload_videos=true", f"--output_dir={tmp_path / 'ray'}")
@@ -189,16 +151,8 @@ def test_lerobots_env_through_the_bridge_in_ray_actors(cli, cluster, tmp_path: P
 
 
 def test_an_actor_that_cannot_start_is_reported_once(cli, cluster, tmp_path: Path) -> None:
-    res = cli(
-        "eval",
-        "--env.type=fake",
-        "--policy.type=module",
-        "--policy.path=helpers_policies:fails_in_ray_actors",
-        "--policy.placement=worker",
-        "--eval.n_episodes=2",
-        "--executor=ray",
-        f"--output_dir={tmp_path}",
-    )
+    res = cli("eval", "--env.type=fake", "--policy.type=module", "--policy.path=helpers_policies:fails_in_ray_actors",
+              "--policy.placement=worker", "--eval.n_episodes=2", "--executor=ray", f"--output_dir={tmp_path}")
     assert res.rc == 1
     (line,) = [ln for ln in res.err.splitlines() if ln.startswith("rollbench:")]
     assert "failed to start" in line and "simulator_x" in line
@@ -206,12 +160,9 @@ def test_an_actor_that_cannot_start_is_reported_once(cli, cluster, tmp_path: Pat
 
 @pytest.mark.parametrize(
     "flags, needle",
-    [
-        (("--ray.actors=0",), "--ray.actors=0"),
-        (("--ray.cpus_per_actor=0",), "--ray.cpus_per_actor=0"),
-        (("--eval.num_shards=2", "--launch=local"), "--executor=ray with --launch=local"),
-        (("--workers=auto",), "--workers=auto is for the local executor"),
-    ],
+    [(("--ray.actors=0",), "--ray.actors=0"), (("--ray.cpus_per_actor=0",), "--ray.cpus_per_actor=0"),
+     (("--eval.num_shards=2", "--launch=local"), "--executor=ray with --launch=local"),
+     (("--workers=auto",), "--workers=auto is for the local executor")],
 )
 def test_bad_ray_flags_are_one_line_errors(cli, tmp_path: Path, flags: tuple[str, ...], needle: str) -> None:
     res = cli(*FAKE, "--executor=ray", *flags, f"--output_dir={tmp_path}")
@@ -222,22 +173,10 @@ def test_bad_ray_flags_are_one_line_errors(cli, tmp_path: Path, flags: tuple[str
 def test_a_killed_driver_resumes_on_rerun(tmp_path: Path, local_fake: dict) -> None:
     """SIGKILL of the whole process group (driver, its local Ray, the actors) mid-run, then
     the same command again: every episode once, equal to the local run."""
-    args = [
-        *FAKE,
-        "--env.step_sleep_s=0.03",
-        "--executor=ray",
-        "--ray.units_per_call=1",
-        f"--output_dir={tmp_path}",
-        "--eval.max_episodes_rendered=0",
-    ]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rollbench", *args],
-        cwd=REPO,
-        env=subprocess_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    args = [*FAKE, "--env.step_sleep_s=0.03", "--executor=ray", "--ray.units_per_call=1", f"--output_dir={tmp_path}",
+            "--eval.max_episodes_rendered=0"]
+    proc = subprocess.Popen([sys.executable, "-m", "rollbench", *args], cwd=REPO, env=subprocess_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(read_records(tmp_path)) < 3:
         time.sleep(0.2)
@@ -267,9 +206,8 @@ def _actor_pids() -> list[int]:
     return pids
 
 
-def test_an_actor_killed_mid_run_is_replaced_and_the_results_do_not_change(
-    cli, cluster, tmp_path: Path, local_fake: dict
-) -> None:
+def test_an_actor_killed_mid_run_is_replaced_and_the_results_do_not_change(cli, cluster, tmp_path: Path,
+                                                                           local_fake: dict) -> None:
     import threading
 
     killed: list[int] = []
@@ -297,17 +235,9 @@ def test_an_actor_killed_mid_run_is_replaced_and_the_results_do_not_change(
 
 @pytest.mark.metaworld
 def test_ray_equals_local_on_metaworld_pixels(cli, cluster, tmp_path: Path) -> None:
-    base = (
-        "eval",
-        "--env.type=metaworld",
-        "--env.task=reach-v3",
-        "--env.obs_type=pixels_agent_pos",
-        "--env.observation_width=32",
-        "--env.observation_height=32",
-        "--env.episode_length=15",
-        "--policy.type=random",
-        "--eval.n_episodes=2",
-    )
+    base = ("eval", "--env.type=metaworld", "--env.task=reach-v3", "--env.obs_type=pixels_agent_pos",
+            "--env.observation_width=32", "--env.observation_height=32", "--env.episode_length=15",
+            "--policy.type=random", "--eval.n_episodes=2")
     assert cli(*base, f"--output_dir={tmp_path / 'local'}").rc == 0
     res = cli(*base, "--executor=ray", f"--output_dir={tmp_path / 'ray'}")
     assert res.rc == 0, res.err
@@ -330,15 +260,8 @@ def test_an_unreachable_cluster_is_one_line_within_the_timeout(tmp_path: Path) -
     asks first, for --ray.connect_timeout_s, then stops in one line before writing anything. (A
     process of its own: this module's other tests leave Ray initialised in this one.)"""
     t0 = time.monotonic()
-    res = run_subprocess(
-        "eval",
-        "--env.type=fake",
-        "--policy.type=random",
-        "--executor=ray",
-        "--ray.address=127.0.0.1:1",
-        "--ray.connect_timeout_s=1.5",
-        f"--output_dir={tmp_path / 'out'}",
-    )
+    res = run_subprocess("eval", "--env.type=fake", "--policy.type=random", "--executor=ray", "--ray.address=127.0.0.1:1",
+              "--ray.connect_timeout_s=1.5", f"--output_dir={tmp_path / 'out'}")
     took = time.monotonic() - t0
     assert res.rc == 2, res.err
     errors = [ln for ln in res.err.splitlines() if ln.startswith("rollbench: error:")]

@@ -19,14 +19,8 @@ from conftest import load_info, per_episode, run_subprocess
 pytest.importorskip("lerobot.datasets.lerobot_dataset")
 pytestmark = pytest.mark.lerobot
 
-FAKE = (
-    "eval",
-    "--env.type=fake",
-    "--policy.type=random",
-    "--eval.n_episodes=4",
-    "--eval.recording=true",
-    "--eval.report=false",
-)
+FAKE = ("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=4", "--eval.recording=true",
+        "--eval.report=false")
 
 
 def load(out: Path) -> tuple[Any, dict[str, np.ndarray]]:
@@ -54,12 +48,8 @@ def assert_same_dataset(a_dir: Path, b_dir: Path) -> None:
 def random_actions(seed: int, n: int, low: float = -1.0, high: float = 1.0, dim: int = 2) -> np.ndarray:
     """What the random policy sends in an episode of seed `seed` (one generator per episode)."""
     rng = np.random.default_rng(seed)
-    return np.stack(
-        [
-            rng.uniform(np.full(dim, low, np.float32), np.full(dim, high, np.float32)).astype(np.float32)
-            for _ in range(n)
-        ]
-    )
+    return np.stack([rng.uniform(np.full(dim, low, np.float32), np.full(dim, high, np.float32)).astype(np.float32)
+                     for _ in range(n)])
 
 
 def plan_order(out: Path) -> list[tuple[str, int, int]]:
@@ -118,19 +108,9 @@ def test_pusht_pixels_in_lockstep_batches_smaller_than_the_run(tmp_path: Path) -
     """lerobot-eval's recording crashed on its second batch (its issues #4552, #4622)."""
     import av
 
-    res = run_subprocess(
-        "eval",
-        "--env.type=pusht",
-        "--env.obs_type=pixels_agent_pos",
-        "--policy.type=random",
-        "--eval.n_episodes=3",
-        "--eval.mode=lockstep",
-        "--eval.batch_size=2",
-        "--env.episode_length=15",
-        "--eval.recording=true",
-        "--eval.report=false",
-        f"--output_dir={tmp_path}",
-    )
+    res = run_subprocess("eval", "--env.type=pusht", "--env.obs_type=pixels_agent_pos", "--policy.type=random",
+                         "--eval.n_episodes=3", "--eval.mode=lockstep", "--eval.batch_size=2", "--env.episode_length=15",
+                         "--eval.recording=true", "--eval.report=false", f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     ds, columns = load(tmp_path)
     assert ds.meta.total_episodes == 3
@@ -149,18 +129,9 @@ def test_pusht_pixels_in_lockstep_batches_smaller_than_the_run(tmp_path: Path) -
 
 @pytest.mark.metaworld
 def test_metaworld_expert_in_lockstep_batches(tmp_path: Path) -> None:
-    res = run_subprocess(
-        "eval",
-        "--env.type=metaworld",
-        "--env.task=reach-v3,push-v3",
-        "--policy.type=expert",
-        "--eval.n_episodes=3",
-        "--eval.mode=lockstep",
-        "--eval.batch_size=2",
-        "--eval.recording=true",
-        "--eval.report=false",
-        f"--output_dir={tmp_path}",
-    )
+    res = run_subprocess("eval", "--env.type=metaworld", "--env.task=reach-v3,push-v3", "--policy.type=expert",
+                         "--eval.n_episodes=3", "--eval.mode=lockstep", "--eval.batch_size=2", "--eval.recording=true",
+                         "--eval.report=false", f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     ds, columns = load(tmp_path)
     assert ds.meta.total_episodes == 6 and ds.meta.fps == 80
@@ -240,16 +211,8 @@ def test_a_finished_run_that_keeps_more_episodes_records_them_again(tmp_path: Pa
 
 
 def test_an_adaptive_recorded_run_keeps_only_the_counted_prefix(tmp_path: Path) -> None:
-    res = run_subprocess(
-        "eval",
-        "--env.type=fake",
-        "--policy.type=random",
-        "--eval.n_episodes=20",
-        "--eval.ci_width=0.45",
-        "--eval.recording=true",
-        "--eval.report=false",
-        f"--output_dir={tmp_path}",
-    )
+    res = run_subprocess("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=20", "--eval.ci_width=0.45",
+                         "--eval.recording=true", "--eval.report=false", f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     info = load_info(tmp_path)
     _, columns = load(tmp_path)
@@ -257,9 +220,7 @@ def test_an_adaptive_recorded_run_keeps_only_the_counted_prefix(tmp_path: Path) 
     check_against_log(tmp_path, columns)
 
 
-@pytest.mark.parametrize(
-    "flag", ["--eval.record=failures", "--eval.recording_repo_id=me/x", "--eval.recording_root=/tmp/x"]
-)
+@pytest.mark.parametrize("flag", ["--eval.record=failures", "--eval.recording_repo_id=me/x", "--eval.recording_root=/tmp/x"])
 def test_recording_flags_without_recording_are_refused(tmp_path: Path, flag: str) -> None:
     res = run_subprocess("eval", "--env.type=fake", "--policy.type=random", flag, f"--output_dir={tmp_path}")
     assert res.rc == 2 and "add --eval.recording=true" in res.err and flag.split("=")[0] in res.err
@@ -267,9 +228,7 @@ def test_recording_flags_without_recording_are_refused(tmp_path: Path, flag: str
 
 
 @pytest.mark.parametrize("where", ["a file", "a folder with files", "the run directory"])
-def test_a_recording_root_that_cannot_take_the_dataset_is_refused_before_any_episode(
-    tmp_path: Path, where: str
-) -> None:
+def test_a_recording_root_that_cannot_take_the_dataset_is_refused_before_any_episode(tmp_path: Path, where: str) -> None:
     """The joined dataset replaces --eval.recording_root at the end of the run: a root that is a
     file, holds someone's files or is the run's own directory stops the run in one line before
     anything runs, and nothing of the user's is touched (an unwritable one: the next test)."""
@@ -340,7 +299,6 @@ class _Hub:
                 if fail:
                     raise ConnectionError("the hub is not reachable from here")
                 self.calls.append((name, {**dict(enumerate(args)), **kwargs}))
-
             return call
 
         for name in ("create_repo", "upload_folder", "create_tag", "delete_tag"):
@@ -348,21 +306,11 @@ class _Hub:
         monkeypatch.setattr(repocard.RepoCard, "push_to_hub", record("card"))
 
 
-def test_a_repo_id_pushes_the_dataset_as_lerobot_eval_does(
-    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_repo_id_pushes_the_dataset_as_lerobot_eval_does(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     hub = _Hub(monkeypatch)
-    res = cli(
-        "eval",
-        "--env.type=fake",
-        "--policy.type=random",
-        "--eval.n_episodes=2",
-        "--eval.recording=true",
-        "--eval.recording_repo_id=me/rollouts",
-        "--eval.recording_private=true",
-        "--eval.report=false",
-        f"--output_dir={tmp_path}",
-    )
+    res = cli("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=2", "--eval.recording=true",
+              "--eval.recording_repo_id=me/rollouts", "--eval.recording_private=true", "--eval.report=false",
+              f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     calls = dict(hub.calls)
     assert calls["create_repo"]["repo_id"] == "me/rollouts" and calls["create_repo"]["private"] is True
@@ -370,20 +318,10 @@ def test_a_repo_id_pushes_the_dataset_as_lerobot_eval_does(
     assert load_info(tmp_path)["dataset"]["repo_id"] == "me/rollouts"
 
 
-def test_a_failed_push_keeps_the_dataset_and_says_how_to_push_it(
-    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_failed_push_keeps_the_dataset_and_says_how_to_push_it(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _Hub(monkeypatch, fail=True)
-    res = cli(
-        "eval",
-        "--env.type=fake",
-        "--policy.type=random",
-        "--eval.n_episodes=2",
-        "--eval.recording=true",
-        "--eval.recording_repo_id=me/rollouts",
-        "--eval.report=false",
-        f"--output_dir={tmp_path}",
-    )
+    res = cli("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=2", "--eval.recording=true",
+              "--eval.recording_repo_id=me/rollouts", "--eval.report=false", f"--output_dir={tmp_path}")
     assert res.rc == 1
     assert "the push to the hub failed (ConnectionError: the hub is not reachable from here)" in res.err
     assert f"hf upload --repo-type=dataset me/rollouts {tmp_path / 'dataset'}" in res.err

@@ -42,24 +42,13 @@ def test_arrays_round_trip_and_peers_decode_them(dialect: str) -> None:
     from openpi_client import msgpack_numpy
     from vla_eval.protocol.numpy_codec import decode_ndarray
 
-    msg = {
-        "a": np.arange(6, dtype=np.float32).reshape(2, 3),
-        "b": np.array([1, 2], dtype=np.uint8),
-        "s": "x",
-        "n": np.float64(2.5),
-    }
+    msg = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([1, 2], dtype=np.uint8), "s": "x", "n": np.float64(2.5)}
     data = packb(msg, dialect)  # type: ignore[arg-type]
     back = unpackb(data)
-    assert (
-        back["a"].dtype == np.float32 and np.array_equal(back["a"], msg["a"]) and back["s"] == "x" and back["n"] == 2.5
-    )
+    assert back["a"].dtype == np.float32 and np.array_equal(back["a"], msg["a"]) and back["s"] == "x" and back["n"] == 2.5
     import msgpack
 
-    peer = (
-        msgpack_numpy.unpackb(data)
-        if dialect == "openpi"
-        else msgpack.unpackb(data, object_hook=decode_ndarray, raw=False)
-    )
+    peer = msgpack_numpy.unpackb(data) if dialect == "openpi" else msgpack.unpackb(data, object_hook=decode_ndarray, raw=False)
     assert np.array_equal(peer["a"], msg["a"]) and np.array_equal(peer["b"], msg["b"])
     # and rollbench reads what the peers write
     theirs = msgpack_numpy.packb({"x": np.ones((2, 2), np.float64)})
@@ -89,9 +78,7 @@ def test_key_mapping_defaults_and_overrides(tmp_path: Path) -> None:
     assert set(vla.from_wire(wire)) == {"observation.images.image", "observation.state"}
     metaworld = KeyMap("vla-eval", "metaworld", known=frozenset({"observation.image", "observation.state"}))
     assert set(metaworld.from_wire(wire)) == {"observation.image", "observation.state"}
-    assert set(KeyMap("openpi").from_wire({"observation/environment_state": np.zeros(1)})) == {
-        "observation.environment_state"
-    }
+    assert set(KeyMap("openpi").from_wire({"observation/environment_state": np.zeros(1)})) == {"observation.environment_state"}
     explicit = parse_keys("--policy.keys", "observation.state=qpos")
     assert KeyMap("openpi", "", explicit).to_wire({"observation.state": 1, "observation.other": 2}) == {"qpos": 1}
     path = tmp_path / "keys.json"
@@ -143,15 +130,8 @@ def test_fake_benchmark_results_are_identical_through_both_dialects(cli, tmp_pat
     with rollbench_server(policy__type=policy, env__type="fake") as server:
         for name, flags in variants.items():
             protocol = name.split("-driver")[0].split("-lockstep")[0]
-            res = _eval(
-                cli,
-                tmp_path / name,
-                "--policy.type=remote",
-                f"--policy.url={server.url}",
-                f"--policy.protocol={protocol}",
-                "--policy.replan_steps=1",
-                *flags,
-            )
+            res = _eval(cli, tmp_path / name, "--policy.type=remote", f"--policy.url={server.url}",
+                        f"--policy.protocol={protocol}", "--policy.replan_steps=1", *flags)
             assert res.rc == 0, res.err
             assert per_episode(tmp_path / name) == per_episode(tmp_path / "ref"), name
     assert load_info(tmp_path / "openpi-driver")["scheduling"]["placement"] == "driver"
@@ -165,14 +145,7 @@ def test_two_workers_of_four_slots_batch_at_least_four_rows_per_call(cli, tmp_pa
     ref = _eval(cli, tmp_path / "ref", "--policy.type=random", *flags)
     assert ref.rc == 0, ref.err
     with rollbench_server(policy__type="random", env__type="fake", serve__max_wait_ms="5") as server:
-        res = _eval(
-            cli,
-            tmp_path / "remote",
-            "--policy.type=remote",
-            f"--policy.url={server.url}",
-            "--policy.replan_steps=1",
-            *flags,
-        )
+        res = _eval(cli, tmp_path / "remote", "--policy.type=remote", f"--policy.url={server.url}", "--policy.replan_steps=1", *flags)
         stats = server.server.stats.snapshot()
     assert res.rc == 0, res.err
     assert per_episode(tmp_path / "remote") == per_episode(tmp_path / "ref")
@@ -190,9 +163,7 @@ def test_the_client_executes_replan_steps_of_each_chunk(cli, tmp_path: Path) -> 
     assert ref.rc == 0, ref.err
     peer = OpenpiExpert(horizon=1)
     port = openpi_server_thread(peer)
-    res = _eval(
-        cli, tmp_path / "one", "--policy.type=remote", f"--policy.url=ws://127.0.0.1:{port}", "--policy.replan_steps=1"
-    )
+    res = _eval(cli, tmp_path / "one", "--policy.type=remote", f"--policy.url=ws://127.0.0.1:{port}", "--policy.replan_steps=1")
     assert res.rc == 0, res.err
     assert per_episode(tmp_path / "one") == per_episode(tmp_path / "ref")
     steps = [v[3] for v in per_episode(tmp_path / "ref").values()]
@@ -200,13 +171,7 @@ def test_the_client_executes_replan_steps_of_each_chunk(cli, tmp_path: Path) -> 
     assert set(peer.prompts) == {"reach a near target", "reach a mid target", "reach a far target"}
     chunky = OpenpiExpert(horizon=5)
     port = openpi_server_thread(chunky)
-    res = _eval(
-        cli,
-        tmp_path / "chunk",
-        "--policy.type=remote",
-        f"--policy.url=ws://127.0.0.1:{port}",
-        "--policy.replan_steps=3",
-    )
+    res = _eval(cli, tmp_path / "chunk", "--policy.type=remote", f"--policy.url=ws://127.0.0.1:{port}", "--policy.replan_steps=3")
     assert res.rc == 0, res.err
     got = per_episode(tmp_path / "chunk")
     assert chunky.calls == sum(-(-v[3] // 3) for v in got.values())  # ceil(n_steps / 3) requests per episode
@@ -218,15 +183,8 @@ def test_rollbench_client_against_vla_eval_model_server(cli, tmp_path: Path) -> 
     ref = _eval(cli, tmp_path / "ref", "--policy.type=expert")
     assert ref.rc == 0, ref.err
     port = vla_eval_server_thread()
-    res = _eval(
-        cli,
-        tmp_path / "v",
-        "--policy.type=remote",
-        f"--policy.url=ws://127.0.0.1:{port}",
-        "--policy.protocol=auto",
-        "--workers=1",
-        "--slots_per_worker=2",
-    )
+    res = _eval(cli, tmp_path / "v", "--policy.type=remote", f"--policy.url=ws://127.0.0.1:{port}", "--policy.protocol=auto",
+                "--workers=1", "--slots_per_worker=2")
     assert res.rc == 0, res.err
     assert per_episode(tmp_path / "v") == per_episode(tmp_path / "ref")
 
@@ -240,15 +198,8 @@ def test_metaworld_mt10_expert_is_identical_through_the_server(cli, tmp_path: Pa
     assert ref.rc == 0, ref.err
     with rollbench_server(policy__type="expert", env__type="metaworld", env__task="mt10") as server:
         for protocol in ("openpi", "vla-eval"):
-            res = cli(
-                "eval",
-                *mt,
-                "--policy.type=remote",
-                f"--policy.url={server.url}",
-                f"--policy.protocol={protocol}",
-                "--policy.replan_steps=1",
-                f"--output_dir={tmp_path / protocol}",
-            )
+            res = cli("eval", *mt, "--policy.type=remote", f"--policy.url={server.url}", f"--policy.protocol={protocol}",
+                      "--policy.replan_steps=1", f"--output_dir={tmp_path / protocol}")
             assert res.rc == 0, res.err
             assert per_episode(tmp_path / protocol) == per_episode(tmp_path / "ref"), protocol
 
@@ -259,14 +210,8 @@ def test_metaworld_mt10_expert_is_identical_through_the_server(cli, tmp_path: Pa
 def test_a_silent_server_fails_the_run_after_the_timeout(cli, tmp_path: Path) -> None:
     port = silent_server_thread()
     started = time.monotonic()
-    res = _eval(
-        cli,
-        tmp_path / "o",
-        "--policy.type=remote",
-        f"--policy.url=ws://127.0.0.1:{port}",
-        "--policy.timeout_s=1",
-        "--workers=1",
-    )
+    res = _eval(cli, tmp_path / "o", "--policy.type=remote", f"--policy.url=ws://127.0.0.1:{port}", "--policy.timeout_s=1",
+                "--workers=1")
     assert res.rc == 1
     assert "sent no reply within 1 s (--policy.timeout_s)" in res.err
     assert time.monotonic() - started < 30
@@ -274,29 +219,11 @@ def test_a_silent_server_fails_the_run_after_the_timeout(cli, tmp_path: Path) ->
 
 def _run(out: Path, url: str, *flags: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rollbench",
-            "eval",
-            *FAKE,
-            "--eval.n_episodes=10",
-            "--env.step_sleep_s=0.01",
-            "--eval.max_episodes_rendered=0",
-            "--policy.type=remote",
-            f"--policy.url={url}",
-            "--policy.replan_steps=1",
-            "--policy.timeout_s=5",
-            "--workers=2",
-            f"--output_dir={out}",
-            *flags,
-            *([] if any(f.startswith("--policy.connect_retries") for f in flags) else ["--policy.connect_retries=0"]),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=subprocess_env(),
-        cwd=REPO,
+        [sys.executable, "-m", "rollbench", "eval", *FAKE, "--eval.n_episodes=10", "--env.step_sleep_s=0.01",
+         "--eval.max_episodes_rendered=0", "--policy.type=remote", f"--policy.url={url}", "--policy.replan_steps=1",
+         "--policy.timeout_s=5", "--workers=2", f"--output_dir={out}", *flags,
+         *([] if any(f.startswith("--policy.connect_retries") for f in flags) else ["--policy.connect_retries=0"])],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=REPO,
     )
 
 
@@ -317,20 +244,14 @@ def _kill_when_logged(out: Path, server: subprocess.Popen[Any], run: subprocess.
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("protocol", "placement"),
-    [("openpi", "worker"), ("vla-eval", "worker"), ("openpi", "driver"), ("openpi", "lockstep")],
+    ("protocol", "placement"), [("openpi", "worker"), ("vla-eval", "worker"), ("openpi", "driver"), ("openpi", "lockstep")],
 )
 def test_a_server_restarted_mid_run_costs_only_a_rerun_of_the_episodes_in_flight(
-    cli,
-    tmp_path: Path,
-    protocol: str,
-    placement: str,
+    cli, tmp_path: Path, protocol: str, placement: str,
 ) -> None:
     """The episodes in flight lost their server-side state: they run again from their start
     on a new connection (one retry each), the rest goes on; the results equal a clean run."""
-    ref = _eval(
-        cli, tmp_path / "ref", "--policy.type=random", "--eval.n_episodes=10", "--env.step_sleep_s=0.01", "--workers=2"
-    )
+    ref = _eval(cli, tmp_path / "ref", "--policy.type=random", "--eval.n_episodes=10", "--env.step_sleep_s=0.01", "--workers=2")
     assert ref.rc == 0, ref.err
     port = free_port()
     flags = ["--policy.type=random", "--env.type=fake", "--serve.max_wait_ms=1"]
@@ -338,11 +259,8 @@ def test_a_server_restarted_mid_run_costs_only_a_rerun_of_the_episodes_in_flight
     out = tmp_path / "o"
     # backoff 0.5 + 1 + 2 + 4 + 8 s: time for a fresh server to start here
     # 2 slots per worker: episodes still to start when the server goes (all 30 fit in the default 16 x 2)
-    where = (
-        ["--eval.mode=lockstep", "--eval.batch_size=3"]
-        if placement == "lockstep"
-        else [f"--policy.placement={placement}", "--slots_per_worker=2"]
-    )
+    where = (["--eval.mode=lockstep", "--eval.batch_size=3"] if placement == "lockstep"
+             else [f"--policy.placement={placement}", "--slots_per_worker=2"])
     run = _run(out, f"ws://127.0.0.1:{port}", "--policy.connect_retries=5", f"--policy.protocol={protocol}", *where)
     try:
         _kill_when_logged(out, server, run)
@@ -360,9 +278,7 @@ def test_a_server_restarted_mid_run_costs_only_a_rerun_of_the_episodes_in_flight
 
 @pytest.mark.slow
 def test_a_server_that_does_not_come_back_stops_the_run_and_the_rerun_resumes_exactly(cli, tmp_path: Path) -> None:
-    ref = _eval(
-        cli, tmp_path / "ref", "--policy.type=random", "--eval.n_episodes=10", "--env.step_sleep_s=0.01", "--workers=2"
-    )
+    ref = _eval(cli, tmp_path / "ref", "--policy.type=random", "--eval.n_episodes=10", "--env.step_sleep_s=0.01", "--workers=2")
     assert ref.rc == 0, ref.err
     port = free_port()
     flags = ["--policy.type=random", "--env.type=fake", "--serve.max_wait_ms=1"]
@@ -420,9 +336,7 @@ def test_healthz_stats_and_the_api_key(tmp_path: Path) -> None:
             WebsocketClientPolicy(f"ws://127.0.0.1:{port}", api_key="wrong")
         client = WebsocketClientPolicy(f"ws://127.0.0.1:{port}", api_key="sesame")
         assert client.get_server_metadata()["server"] == "rollbench"
-        reply = client.infer(
-            {"observation/state": np.zeros(2), "observation/environment_state": np.array([0, 0, 0.3, 0.0])}
-        )
+        reply = client.infer({"observation/state": np.zeros(2), "observation/environment_state": np.array([0, 0, 0.3, 0.0])})
         assert np.allclose(reply["actions"], [[1.0, 0.0]])
         req = urllib.request.Request(f"http://127.0.0.1:{port}/stats", headers={"Authorization": "Api-Key sesame"})
         with urllib.request.urlopen(req) as r:
@@ -445,15 +359,9 @@ def test_openpi_client_episodes_through_rollbench_serve_match_the_expert() -> No
             expert = bench.expert(task)
             for _ in range(20):
                 feats = bench.to_features({k: np.asarray(v)[None] for k, v in obs.items()})
-                reply = client.infer(
-                    {
-                        "observation/state": feats["observation.state"][0],
-                        "observation/environment_state": feats["observation.environment_state"][0],
-                        "prompt": bench.task_description(task),
-                        "task": task,
-                        "episode": {"id": i},
-                    }
-                )
+                reply = client.infer({"observation/state": feats["observation.state"][0],
+                                      "observation/environment_state": feats["observation.environment_state"][0],
+                                      "prompt": bench.task_description(task), "task": task, "episode": {"id": i}})
                 want = expert({k: v[0] for k, v in feats.items()})
                 assert reply["actions"].shape == (1, 2) and np.array_equal(reply["actions"][0], want)
                 obs, _, terminated, truncated, _ = env.step(reply["actions"][0])
@@ -478,13 +386,8 @@ def test_vla_eval_connection_through_rollbench_serve_matches_the_expert() -> Non
             env = bench.make_task_env("far")
             obs, _ = env.reset(seed=3)
             for _ in range(10):
-                action = await conn.act(
-                    {
-                        "state": obs["agent_pos"],
-                        "environment_state": obs["environment_state"],
-                        "task_description": "reach a far target",
-                    }
-                )
+                action = await conn.act({"state": obs["agent_pos"], "environment_state": obs["environment_state"],
+                                         "task_description": "reach a far target"})
                 want = bench.expert("far")({"observation.environment_state": obs["environment_state"]})
                 pairs.append((np.asarray(action["actions"]), want))
                 obs, *_ = env.step(action["actions"])
@@ -506,38 +409,18 @@ def test_malformed_frames_each_get_an_error_and_the_server_keeps_serving() -> No
         (b"\xc1\xc1", "not a msgpack frame"),
         (packb([1, 2, 3]), "must be a map of observations, got list"),
         ("a text frame", "text frame"),
-        (
-            packb({"observation/state": "zero", "observation/environment_state": np.zeros(4)}),
-            "'observation/state' is str",
-        ),
+        (packb({"observation/state": "zero", "observation/environment_state": np.zeros(4)}), "'observation/state' is str"),
         (packb({"observation/state": np.zeros(2)}), "missing observation 'observation/environment_state'"),
-        (
-            packb({"observation/state": np.zeros(3), "observation/environment_state": np.zeros(4)}),
-            "has shape [3], expected [2]",
-        ),
-        (
-            packb({"observation/state": {**arr, "dtype": "|O", "data": b"\0" * 8, "shape": [1]}}, "vla-eval"),
-            "only bool, integer and float",
-        ),
+        (packb({"observation/state": np.zeros(3), "observation/environment_state": np.zeros(4)}), "has shape [3], expected [2]"),
+        (packb({"observation/state": {**arr, "dtype": "|O", "data": b"\0" * 8, "shape": [1]}}, "vla-eval"), "only bool, integer and float"),
         (packb({"observation/state": {**arr, "data": b"\0" * 3}}, "vla-eval"), "needs 16 bytes, got 3"),
-        (
-            packb({"type": "teleport", "payload": {}, "seq": 1, "timestamp": 0}, "vla-eval"),
-            "unknown message type 'teleport'",
-        ),
+        (packb({"type": "teleport", "payload": {}, "seq": 1, "timestamp": 0}, "vla-eval"), "unknown message type 'teleport'"),
         (packb({"type": "observation", "payload": [], "seq": 2, "timestamp": 0}, "vla-eval"), "payload is list"),
-        (
-            packb(
-                {
-                    **{"observation/state": np.zeros(2), "observation/environment_state": np.zeros(4)},
-                    "episode": {"id": 1, "seed": "x"},
-                }
-            ),
-            "episode seed is str",
-        ),
+        (packb({**{"observation/state": np.zeros(2), "observation/environment_state": np.zeros(4)}, "episode": {"id": 1, "seed": "x"}}),
+         "episode seed is str"),
     ]
-    with rollbench_server(
-        policy__type="expert", env__type="fake", env__task="near", serve__max_message_mb="0.01", api_key="k"
-    ) as server:
+    with rollbench_server(policy__type="expert", env__type="fake", env__task="near", serve__max_message_mb="0.01",
+                          api_key="k") as server:
         headers = {"Authorization": "Api-Key k"}
         with connect(server.url, additional_headers=headers) as ws:
             ws.recv(timeout=5)  # the greeting
@@ -569,9 +452,8 @@ def test_an_episode_that_cannot_start_costs_only_its_own_requests() -> None:
     from websockets.sync.client import connect
 
     obs = {"observation/state": np.zeros(2), "observation/environment_state": np.array([0.0, 0, 0.2, 0])}
-    with rollbench_server(
-        policy__type="module", policy__path="helpers_remote:picky", env__type="fake", serve__max_wait_ms="300"
-    ) as server:
+    with rollbench_server(policy__type="module", policy__path="helpers_remote:picky", env__type="fake",
+                          serve__max_wait_ms="300") as server:
         with connect(server.url) as bad, connect(server.url) as good:
             bad.recv(timeout=5)
             good.recv(timeout=5)
@@ -587,17 +469,9 @@ def test_an_episode_that_cannot_start_costs_only_its_own_requests() -> None:
 
 @pytest.mark.parametrize("protocol", ["openpi", "vla-eval"])
 def test_a_server_side_policy_error_stops_the_run_with_the_servers_message(cli, tmp_path: Path, protocol: str) -> None:
-    with rollbench_server(
-        policy__type="module", policy__path="helpers_policies:wrong_shape", env__type="fake"
-    ) as server:
-        res = _eval(
-            cli,
-            tmp_path / "o",
-            "--policy.type=remote",
-            f"--policy.url={server.url}",
-            f"--policy.protocol={protocol}",
-            "--workers=1",
-        )
+    with rollbench_server(policy__type="module", policy__path="helpers_policies:wrong_shape", env__type="fake") as server:
+        res = _eval(cli, tmp_path / "o", "--policy.type=remote", f"--policy.url={server.url}", f"--policy.protocol={protocol}",
+                    "--workers=1")
     assert res.rc == 1
     errors = [ln for ln in res.err.splitlines() if ln.startswith("rollbench: error:")]
     assert len(errors) == 1, res.err

@@ -28,37 +28,18 @@ pytestmark = [pytest.mark.lerobot, pytest.mark.pusht, pytest.mark.slow]
 
 def test_act_on_pusht_pixels_is_identical_through_both_dialects(tmp_path: Path) -> None:
     ckpt = make_checkpoint(tmp_path / "act", PushTConfig())
-    ref = run_subprocess(
-        *rollbench_args(ckpt, tmp_path / "ref", "--eval.mode=lockstep", "--eval.batch_size=1"), OMP_NUM_THREADS="1"
-    )
+    ref = run_subprocess(*rollbench_args(ckpt, tmp_path / "ref", "--eval.mode=lockstep", "--eval.batch_size=1"), OMP_NUM_THREADS="1")
     assert ref.rc == 0, ref.err[-3000:]
-    assert any(r[1] > 0 for r in ours(tmp_path / "ref")), (
-        "the episodes should earn some reward, or the comparison is empty"
-    )
+    assert any(r[1] > 0 for r in ours(tmp_path / "ref")), "the episodes should earn some reward, or the comparison is empty"
     port = free_port()
-    server = serve_process(
-        port,
-        "--policy.type=lerobot",
-        f"--policy.path={ckpt}",
-        "--env.type=pusht",
-        f"--env.episode_length={LENGTH}",
-        "--serve.max_batch_size=1",
-        OMP_NUM_THREADS="1",
-    )
+    server = serve_process(port, "--policy.type=lerobot", f"--policy.path={ckpt}", "--env.type=pusht",
+                           f"--env.episode_length={LENGTH}", "--serve.max_batch_size=1", OMP_NUM_THREADS="1")
     try:
         for protocol in ("openpi", "vla-eval"):
             res = run_subprocess(
-                "eval",
-                "--env.type=pusht",
-                f"--env.episode_length={LENGTH}",
-                "--policy.type=remote",
-                f"--policy.url=ws://127.0.0.1:{port}",
-                f"--policy.protocol={protocol}",
-                "--policy.replan_steps=1",
-                f"--eval.n_episodes={EPISODES}",
-                f"--seed={SEED}",
-                "--workers=2",
-                f"--output_dir={tmp_path / protocol}",
+                "eval", "--env.type=pusht", f"--env.episode_length={LENGTH}", "--policy.type=remote",
+                f"--policy.url=ws://127.0.0.1:{port}", f"--policy.protocol={protocol}", "--policy.replan_steps=1",
+                f"--eval.n_episodes={EPISODES}", f"--seed={SEED}", "--workers=2", f"--output_dir={tmp_path / protocol}",
             )
             assert res.rc == 0, res.err[-3000:]
             assert_same_episodes(ours(tmp_path / protocol), ours(tmp_path / "ref"))

@@ -26,14 +26,8 @@ pytest.importorskip("av")  # the fake benchmark's videos
 def filmed(cli, tmp_path: Path) -> Path:
     """fake, random policy: 3 tasks x 4 episodes, the first 2 of each filmed (32x32)."""
     out = tmp_path / "run"
-    res = cli(
-        "eval",
-        "--env.type=fake",
-        "--policy.type=random",
-        "--eval.n_episodes=4",
-        "--eval.max_episodes_rendered=2",
-        f"--output_dir={out}",
-    )
+    res = cli("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=4",
+              "--eval.max_episodes_rendered=2", f"--output_dir={out}")
     assert res.rc == 0, res.err
     return out
 
@@ -63,9 +57,7 @@ def test_command_is_the_recorded_one_else_rebuilt_from_config(filmed: Path) -> N
     info["command"] = ["rollbench", "eval", "--env.type=fake", "--output_dir=a dir"]
     (filmed / "eval_info.json").write_text(json.dumps(info))
     page = write_report(filmed).read_text()
-    assert (
-        "the command as it was run:</p><pre>rollbench eval --env.type=fake &#x27;--output_dir=a dir&#x27;</pre>" in page
-    )
+    assert "the command as it was run:</p><pre>rollbench eval --env.type=fake &#x27;--output_dir=a dir&#x27;</pre>" in page
     del info["command"]  # as eval_info.json files written before the command was recorded
     (filmed / "eval_info.json").write_text(json.dumps(info))
     page = write_report(filmed).read_text()
@@ -73,9 +65,7 @@ def test_command_is_the_recorded_one_else_rebuilt_from_config(filmed: Path) -> N
     assert rebuilt, page
     flags = rebuilt.group(1).split()
     assert flags[:4] == ["rollbench", "eval", "--env.type=fake", "--env.task=all"]
-    assert {"--policy.type=random", "--eval.n_episodes=4", "--eval.max_episodes_rendered=2", "--resume=true"} <= set(
-        flags
-    )
+    assert {"--policy.type=random", "--eval.n_episodes=4", "--eval.max_episodes_rendered=2", "--resume=true"} <= set(flags)
     assert not any(f.startswith("--env.episode_length") for f in flags)  # None: the default, not a flag
 
 
@@ -141,9 +131,7 @@ def test_lerobot_eval_output_renders_what_it_records(tmp_path: Path) -> None:
 
 def test_partial_run_lists_its_failed_units(tmp_path: Path) -> None:
     crashed = task("t", [True, False], seeds=[0, 1], n_steps=[5, 20])
-    crashed["failed"] = [
-        {"episode_index": 2, "seed": 2, "error": "Traceback (most recent call last):\n  ...\nRuntimeError: boom"}
-    ]
+    crashed["failed"] = [{"episode_index": 2, "seed": 2, "error": "Traceback (most recent call last):\n  ...\nRuntimeError: boom"}]
     nothing = task("u", [], seeds=[], n_steps=[], task_id=1)
     nothing["failed"] = [{"episode_index": 0, "seed": 0, "error": None}]
     write_info(tmp_path, [crashed, nothing], status="partial", missing_units=[{"task": "t", "episode_index": 3}])
@@ -169,11 +157,9 @@ def test_write_report_is_fast_on_mt10(tmp_path_factory: pytest.TempPathFactory) 
     """MT10 x 10 episodes, in a fresh process (matplotlib's import included): well under a second
     on a quiet 2-core machine (measured 0.6 s cold, 0.15 s warm); the bound leaves room for load."""
     run = mt10(tmp_path_factory, "expert")
-    code = (
-        f"import time; t = time.perf_counter(); from rollbench.report import write_report; p = write_report({str(run)!r}); "
-        f"a = time.perf_counter() - t; t = time.perf_counter(); write_report({str(run)!r}); "
-        "print(a, time.perf_counter() - t, p.stat().st_size)"
-    )
+    code = (f"import time; t = time.perf_counter(); from rollbench.report import write_report; p = write_report({str(run)!r}); "
+            f"a = time.perf_counter() - t; t = time.perf_counter(); write_report({str(run)!r}); "
+            "print(a, time.perf_counter() - t, p.stat().st_size)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     cold, warm, size = out.split()
     assert float(cold) < 2.0 and float(warm) < 1.0, out
@@ -205,26 +191,10 @@ def chromium(page: Path, profile: Path, *flags: str) -> tuple[str, str, set[str]
     """(stdout, console messages, URLs the page requested over the network) of one headless load."""
     netlog = profile.with_suffix(".netlog.json")
     proc = subprocess.run(
-        [
-            CHROMIUM or "chromium",
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            f"--user-data-dir={profile}",
-            "--enable-logging=stderr",
-            "--v=0",
-            f"--log-net-log={netlog}",
-            "--hide-scrollbars",
-            *flags,
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [CHROMIUM or "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+         "--enable-logging=stderr", "--v=0", f"--log-net-log={netlog}", "--hide-scrollbars", *flags, page.as_uri()],
+        capture_output=True, text=True, timeout=120,
     )
     console = "\n".join(ln for ln in proc.stderr.splitlines() if ":CONSOLE" in ln)
     text = netlog.read_text()
@@ -236,10 +206,8 @@ def chromium(page: Path, profile: Path, *flags: str) -> tuple[str, str, set[str]
     # the page's own requests carry its site (file://) in their isolation key; the browser's
     # own background requests (updates, accounts) do not
     requested = {
-        e["params"]["url"]
-        for e in events["events"]
-        if names.get(e["type"]) == "URL_REQUEST_START_JOB"
-        and "file://" in str(e.get("params", {}).get("network_isolation_key"))
+        e["params"]["url"] for e in events["events"]
+        if names.get(e["type"]) == "URL_REQUEST_START_JOB" and "file://" in str(e.get("params", {}).get("network_isolation_key"))
     }
     return proc.stdout, console, requested
 
@@ -262,13 +230,8 @@ def test_chromium_shows_the_report_offline_with_a_playing_video(filmed: Path, tm
     probe = report.with_name("probe.html")
     probe.write_text(report.read_text().replace("</body>", PLAY_FIRST_VIDEO + "</body>"))
     for attempt in range(3):
-        dom, console, requested = chromium(
-            probe,
-            tmp_path / f"p2-{attempt}",
-            "--autoplay-policy=no-user-gesture-required",
-            "--virtual-time-budget=30000",
-            "--dump-dom",
-        )
+        dom, console, requested = chromium(probe, tmp_path / f"p2-{attempt}", "--autoplay-policy=no-user-gesture-required",
+                                           "--virtual-time-budget=30000", "--dump-dom")
         title = re.findall(r"<title>([^<]*)</title>", dom)
         # an unchanged title is no verdict (once, on a loaded machine, the dump came before any
         # media event); an error or a refusal is one

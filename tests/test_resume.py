@@ -51,11 +51,7 @@ def start_and_stop(args: tuple[str, ...], out: Path, sig: int, after_lines: int)
     """Start `rollbench ARGS`, send `sig` once the log holds `after_lines` lines."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "rollbench", *args, f"--output_dir={out}"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=subprocess_env(),
-        cwd=REPO,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=REPO,
     )
     try:
         deadline = time.monotonic() + 60

@@ -26,14 +26,9 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict]:
     return out
 
 
-@pytest.mark.parametrize(
-    "mode",
-    [("--eval.mode=continuous", "--workers=2"), ("--eval.mode=lockstep", "--eval.batch_size=4")],
-    ids=["continuous", "lockstep"],
-)
-def test_each_seed_of_a_multi_seed_run_is_the_run_of_that_seed(
-    tmp_path: Path, single: dict, mode: tuple[str, ...]
-) -> None:
+@pytest.mark.parametrize("mode", [("--eval.mode=continuous", "--workers=2"), ("--eval.mode=lockstep", "--eval.batch_size=4")],
+                         ids=["continuous", "lockstep"])
+def test_each_seed_of_a_multi_seed_run_is_the_run_of_that_seed(tmp_path: Path, single: dict, mode: tuple[str, ...]) -> None:
     res = run_subprocess(*BASE, "--seeds=1000,2000,3000", *mode, f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     got = per_episode(tmp_path)
@@ -67,31 +62,16 @@ def test_each_seed_of_a_multi_seed_run_is_the_run_of_that_seed(
 
 def test_envs_see_the_episodes_index_within_its_seed(tmp_path: Path) -> None:
     """LIBERO picks episode i's initial state by i: a seed's block must start again at 0."""
-    res = run_subprocess(
-        "eval",
-        "--env.type=indexed",
-        "--env.task=near",
-        "--policy.type=expert",
-        "--eval.n_episodes=4",
-        "--seeds=1000,2000",
-        f"--output_dir={tmp_path}",
-        ROLLBENCH_PLUGINS="faulty_bench",
-    )
+    res = run_subprocess("eval", "--env.type=indexed", "--env.task=near", "--policy.type=expert", "--eval.n_episodes=4",
+                         "--seeds=1000,2000", f"--output_dir={tmp_path}", ROLLBENCH_PLUGINS="faulty_bench")
     assert res.rc == 0, res.err[-2000:]
     assert load_info(tmp_path)["overall"]["n_failed"] == 0  # a wrong index fails the reset
 
 
 def test_report_and_compare_show_seeds(tmp_path: Path) -> None:
     for name, noise in (("a", "0"), ("b", "3.0")):
-        res = run_subprocess(
-            "eval",
-            "--env.type=fake",
-            "--policy.type=expert",
-            f"--policy.action_noise={noise}",
-            "--eval.n_episodes=5",
-            "--seeds=1000,2000",
-            f"--output_dir={tmp_path / name}",
-        )
+        res = run_subprocess("eval", "--env.type=fake", "--policy.type=expert", f"--policy.action_noise={noise}",
+                             "--eval.n_episodes=5", "--seeds=1000,2000", f"--output_dir={tmp_path / name}")
         assert res.rc == 0, res.err
     page = (tmp_path / "a" / "report.html").read_text()
     assert "<h2>Seeds</h2>" in page and "All 2 seeds pooled: <b>" in page and "Spread of the per-seed rates" in page

@@ -15,14 +15,8 @@ from rollbench.plan import make_plan, shard
 
 # lockstep in this process (no env workers), so the many small runs here stay fast; shards
 # with env workers: test_launcher.py, test_soak.py
-FAKE = (
-    "eval",
-    "--env.type=fake",
-    "--policy.type=expert",
-    "--eval.n_episodes=5",
-    "--eval.mode=lockstep",
-    "--eval.isolation=none",
-)
+FAKE = ("eval", "--env.type=fake", "--policy.type=expert", "--eval.n_episodes=5", "--eval.mode=lockstep",
+        "--eval.isolation=none")
 
 
 @pytest.fixture(scope="module")
@@ -57,16 +51,8 @@ def test_a_shard_with_no_units_is_fine(cli, tmp_path: Path) -> None:
     # 2 episodes of one task over 3 shards: shard 2 gets nothing to do
     flags = ("--env.task=near", "--eval.n_episodes=2")
     for k in range(3):
-        res = cli(
-            "eval",
-            "--env.type=fake",
-            "--policy.type=expert",
-            "--eval.mode=lockstep",
-            *flags,
-            f"--output_dir={tmp_path}",
-            "--eval.num_shards=3",
-            f"--eval.shard_id={k}",
-        )
+        res = cli("eval", "--env.type=fake", "--policy.type=expert", "--eval.mode=lockstep", *flags,
+                  f"--output_dir={tmp_path}", "--eval.num_shards=3", f"--eval.shard_id={k}")
         assert res.rc == 0, res.err
     assert cli("merge", str(tmp_path)).rc == 0
     assert sorted(per_episode(tmp_path)) == [("near", 0, 0), ("near", 0, 1)]
@@ -152,12 +138,8 @@ def test_a_unit_logged_twice_counts_once(cli, tmp_path: Path, single: Path) -> N
 def test_conflicting_duplicates_are_reported(cli, tmp_path: Path) -> None:
     assert cli(*FAKE, f"--output_dir={tmp_path}").rc == 0
     rec = json.loads(_lines(tmp_path)[0])
-    other = {
-        **rec,
-        "success": not rec["success"],
-        "sum_reward": rec["sum_reward"] - 1.0,
-        "finished_at": rec["finished_at"] + 1.0,
-    }
+    other = {**rec, "success": not rec["success"], "sum_reward": rec["sum_reward"] - 1.0,
+             "finished_at": rec["finished_at"] + 1.0}
     (tmp_path / "episodes" / "other-host.jsonl").write_text(json.dumps(other) + "\n")
     assert cli("merge", str(tmp_path)).rc == 0
     info = load_info(tmp_path)

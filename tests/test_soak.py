@@ -44,9 +44,8 @@ soak = _load_soak()
 
 
 def new_soak(tmp_path: Path, seed: int, min_worker_age_s: float) -> object:
-    return soak.Soak(
-        tmp_path, random.Random(seed), min_worker_age_s=min_worker_age_s, tear=1.0, say=lambda msg: None, timeout_s=240
-    )
+    return soak.Soak(tmp_path, random.Random(seed), min_worker_age_s=min_worker_age_s, tear=1.0,
+                     say=lambda msg: None, timeout_s=240)
 
 
 def assert_clean(row: object, worker_kills: int, group_kills: int) -> None:
@@ -162,11 +161,7 @@ def test_a_failed_write_leaves_the_log_as_it_was(tmp_path: Path, monkeypatch: py
 
 @pytest.mark.parametrize("fails", ["write", "fsync"])
 def test_a_full_disk_stops_with_one_line_and_the_rerun_resumes(
-    cli,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    fake_reference: dict,
-    fails: str,
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_reference: dict, fails: str,
 ) -> None:
     """The driver writes the log, so the disk fills in this process: after 5 records, the
     6th write gets half its line onto the disk (or all of it, and fsync fails)."""
@@ -221,14 +216,8 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_a_really_full_disk_stops_cleanly_and_resumes_once_space_is_back(tmp_path: Path, small_disk: Path) -> None:
-    args = (
-        "eval",
-        "--env.type=fake",
-        "--policy.type=expert",
-        "--eval.n_episodes=40",
-        "--eval.report=false",
-        "--eval.mode=continuous",
-    )
+    args = ("eval", "--env.type=fake", "--policy.type=expert", "--eval.n_episodes=40", "--eval.report=false",
+            "--eval.mode=continuous")
     res = run_subprocess(*args, f"--output_dir={tmp_path / 'reference'}")
     assert res.rc == 0, res.err
     st = os.statvfs(small_disk)

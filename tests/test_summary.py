@@ -78,15 +78,8 @@ def test_wilson_matches_the_textbook_formula(n, data):
 def fake_run(cli, tmp_path):
     """fake: a group (`all`, 3 tasks) and a single task (`far`), expert, 6 episodes each."""
     res = cli(
-        "eval",
-        "--env.type=fake",
-        "--env.task=all,far",
-        "--policy.type=expert",
-        "--eval.n_episodes=6",
-        "--eval.mode=lockstep",
-        "--eval.batch_size=4",
-        "--seed=7",
-        f"--output_dir={tmp_path}",
+        "eval", "--env.type=fake", "--env.task=all,far", "--policy.type=expert", "--eval.n_episodes=6",
+        "--eval.mode=lockstep", "--eval.batch_size=4", "--seed=7", f"--output_dir={tmp_path}",
     )
     assert res.rc == 0, res.err
     return res, tmp_path
@@ -114,10 +107,7 @@ def test_eval_info_has_lerobot_keys_and_ours(fake_run):
     info = strict_json(out / "eval_info.json")
     assert info["status"] == "complete"
     assert [(t["task_group"], t["task_id"], t["task"]) for t in info["per_task"]] == [
-        ("all", 0, "near"),
-        ("all", 1, "mid"),
-        ("all", 2, "far"),
-        ("far", 0, "far"),
+        ("all", 0, "near"), ("all", 1, "mid"), ("all", 2, "far"), ("far", 0, "far"),
     ]
     for task in info["per_task"]:
         m = task["metrics"]
@@ -130,36 +120,23 @@ def test_eval_info_has_lerobot_keys_and_ours(fake_run):
         _check_aggregate(task["summary"], m["successes"], m["sum_rewards"], m["max_rewards"], m["n_steps"])
         # LeRobot main's (#4628) per-task keys at the top of the entry, before its metrics
         keys = list(task)
-        assert keys[keys.index("description") + 1 : keys.index("metrics")] == [
-            "n_episodes",
-            "n_success",
-            "pc_success",
-            "pc_success_ci95",
-        ]
+        assert keys[keys.index("description") + 1:keys.index("metrics")] == [
+            "n_episodes", "n_success", "pc_success", "pc_success_ci95"]
         assert {k: task[k] for k in ("n_episodes", "n_success", "pc_success", "pc_success_ci95")} == {
-            k: task["summary"][k] for k in ("n_episodes", "n_success", "pc_success", "pc_success_ci95")
-        }
+            k: task["summary"][k] for k in ("n_episodes", "n_success", "pc_success", "pc_success_ci95")}
     assert set(info["per_group"]) == {"all", "far"}
     for group, agg in info["per_group"].items():
         tasks = [t["metrics"] for t in info["per_task"] if t["task_group"] == group]
-        _check_aggregate(
-            agg, *[[x for m in tasks for x in m[key]] for key in ("successes", "sum_rewards", "max_rewards", "n_steps")]
-        )
+        _check_aggregate(agg, *[[x for m in tasks for x in m[key]] for key in ("successes", "sum_rewards", "max_rewards", "n_steps")])
         assert "video_paths" in agg
     overall = info["overall"]
     every = [t["metrics"] for t in info["per_task"]]
-    _check_aggregate(
-        overall, *[[x for m in every for x in m[key]] for key in ("successes", "sum_rewards", "max_rewards", "n_steps")]
-    )
+    _check_aggregate(overall, *[[x for m in every for x in m[key]] for key in ("successes", "sum_rewards", "max_rewards", "n_steps")])
     for key in ("avg_sum_reward", "avg_max_reward", "pc_success", "n_episodes", "eval_s", "eval_ep_s"):
         assert key in overall, key
     for agg in (*info["per_group"].values(), overall):  # LeRobot main's order: the two new keys after n_episodes
         keys = list(agg)
-        assert keys[keys.index("n_episodes") : keys.index("n_episodes") + 3] == [
-            "n_episodes",
-            "n_success",
-            "pc_success_ci95",
-        ]
+        assert keys[keys.index("n_episodes"):keys.index("n_episodes") + 3] == ["n_episodes", "n_success", "pc_success_ci95"]
     assert overall["eval_s"] > 0
     assert overall["eval_ep_s"] == pytest.approx(overall["eval_s"] / overall["n_episodes"])
     # the same task in two groups is one episode stream: same seeds, same results
@@ -218,15 +195,8 @@ def test_summary_table_has_one_row_per_task_with_success_and_ci(fake_run):
 
 
 def test_summary_table_of_single_task_groups_has_no_duplicate_rows(cli, tmp_path):
-    res = cli(
-        "eval",
-        "--env.type=fake",
-        "--env.task=near,far",
-        "--policy.type=expert",
-        "--eval.n_episodes=2",
-        "--eval.mode=lockstep",
-        f"--output_dir={tmp_path}",
-    )
+    res = cli("eval", "--env.type=fake", "--env.task=near,far", "--policy.type=expert", "--eval.n_episodes=2",
+              "--eval.mode=lockstep", f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     firsts = [ln.split()[0] for ln in res.out.splitlines() if ln.split() and not ln.startswith("-")]
     assert firsts[:4] == ["task", "near", "far", "overall"]
@@ -234,15 +204,8 @@ def test_summary_table_of_single_task_groups_has_no_duplicate_rows(cli, tmp_path
 
 @pytest.mark.metaworld
 def test_metaworld_eval_info(cli, tmp_path):
-    res = cli(
-        "eval",
-        "--env.type=metaworld",
-        "--env.task=reach-v3",
-        "--policy.type=expert",
-        "--eval.n_episodes=2",
-        "--eval.mode=lockstep",
-        f"--output_dir={tmp_path}",
-    )
+    res = cli("eval", "--env.type=metaworld", "--env.task=reach-v3", "--policy.type=expert", "--eval.n_episodes=2",
+              "--eval.mode=lockstep", f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     info = strict_json(tmp_path / "eval_info.json")
     (task,) = info["per_task"]
@@ -257,28 +220,14 @@ def test_metaworld_eval_info(cli, tmp_path):
     assert len(rows) == 1
 
 
-@pytest.mark.parametrize(
-    ("k", "n", "interval"), [(9, 10, [59.58, 98.21]), (14, 20, [48.10, 85.45]), (14, 30, [30.23, 63.86])]
-)
+@pytest.mark.parametrize(("k", "n", "interval"), [(9, 10, [59.58, 98.21]), (14, 20, [48.10, 85.45]), (14, 30, [30.23, 63.86])])
 def test_intervals_are_lerobot_main_s(k: int, n: int, interval: list[float]) -> None:
     """The counts and intervals LeRobot main's own tests expect of its eval_info.json (#4628,
     tests/scripts/test_lerobot_eval_summary.py: a task of 9/10, a group of 14/20, overall 14/30)."""
     from rollbench.results.records import EpisodeRecord
 
-    recs = [
-        EpisodeRecord(
-            task_group="g",
-            task_id=0,
-            task="t",
-            episode_index=i,
-            seed=i,
-            success=i < k,
-            sum_reward=0.0,
-            max_reward=0.0,
-            n_steps=1,
-        )
-        for i in range(n)
-    ]
+    recs = [EpisodeRecord(task_group="g", task_id=0, task="t", episode_index=i, seed=i, success=i < k,
+                          sum_reward=0.0, max_reward=0.0, n_steps=1) for i in range(n)]
     agg = aggregate(recs)
     assert (agg["n_episodes"], agg["n_success"], agg["pc_success"]) == (n, k, 100.0 * k / n)
     assert agg["pc_success_ci95"] == pytest.approx(interval, abs=0.005)

@@ -41,72 +41,37 @@ def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def recorded(
-    cores: int = 16,
-    mem_gib: float = 64.0,
-    gpus: int = 0,
-    step_ms: float = 0.5,
-    step_all_ms: float | None = None,
-    placement: str = "worker",
-    per_slot_state: bool = True,
-    device: str = "cpu",
-    inference: tuple[tuple[int, float], ...] = (),
-    steps_per_inference: int = 1,
-    worker_rss_mib: float = 300.0,
-    n_tasks: int = 10,
-    n_episodes: int = 50,
-    episode_steps: float = 100.0,
-    constant: bool = False,
-    peak_bytes_per_row: int | None = None,
-    amp_speedup: float | None = None,
-    policy_ms_worker: float = 0.03,
+    cores: int = 16, mem_gib: float = 64.0, gpus: int = 0, step_ms: float = 0.5, step_all_ms: float | None = None,
+    placement: str = "worker", per_slot_state: bool = True, device: str = "cpu",
+    inference: tuple[tuple[int, float], ...] = (), steps_per_inference: int = 1, worker_rss_mib: float = 300.0,
+    n_tasks: int = 10, n_episodes: int = 50, episode_steps: float = 100.0, constant: bool = False,
+    peak_bytes_per_row: int | None = None, amp_speedup: float | None = None, policy_ms_worker: float = 0.03,
     **run: Any,
 ) -> Probe:
     """A probe as `rollbench tune` records it, for a machine we may not have."""
     m = measured
     gpu_list = tuple(GpuInfo(i, "H200", 143_000, 140_000) for i in range(gpus))
     points = tuple(
-        InferencePoint(b, ms, 0.05, 1.0, None if peak_bytes_per_row is None else peak_bytes_per_row * b)
-        for b, ms in inference
+        InferencePoint(b, ms, 0.05, 1.0, None if peak_bytes_per_row is None else peak_bytes_per_row * b) for b, ms in inference
     )
     amp = tuple(dataclasses.replace(p, full_ms=p.full_ms / amp_speedup) for p in points) if amp_speedup else ()
     return Probe(
         machine=MachineProbe(m(cores), m(mem_gib * GiB), gpu_list),
         env=EnvProbe(
-            backend="egl",
-            worker_start_s=m(0.3),
-            first_build_s=m(0.8),
-            build_s=m(0.1),
-            reset_ms=m(5.0),
-            step_ms_1=m(step_ms),
-            step_ms_all=m(step_all_ms if step_all_ms is not None else step_ms * 1.1),
-            render_ms=m(0.0),
-            policy_ms_worker=m(policy_ms_worker if placement == "worker" else 0.0),
+            backend="egl", worker_start_s=m(0.3), first_build_s=m(0.8), build_s=m(0.1), reset_ms=m(5.0),
+            step_ms_1=m(step_ms), step_ms_all=m(step_all_ms if step_all_ms is not None else step_ms * 1.1),
+            render_ms=m(0.0), policy_ms_worker=m(policy_ms_worker if placement == "worker" else 0.0),
             episode_steps=m(episode_steps) if not constant else estimated(episode_steps, "step limit"),
-            episode_steps_constant=constant,
-            worker_rss_bytes=m(worker_rss_mib * 2**20),
-            roundtrip_ms=m(0.05),
+            episode_steps_constant=constant, worker_rss_bytes=m(worker_rss_mib * 2**20), roundtrip_ms=m(0.05),
             max_steps=int(episode_steps * 2) if not constant else int(episode_steps),
         ),
         policy=PolicyProbe(
-            type="x",
-            device=device,
-            placement=placement,
-            per_slot_state=per_slot_state,
-            load_s=m(1.0),
-            param_bytes=m(100 * 2**20),
-            rss_bytes=m(500 * 2**20),
-            steps_per_inference=m(steps_per_inference),
-            inference=points,
-            amp_inference=amp,
+            type="x", device=device, placement=placement, per_slot_state=per_slot_state, load_s=m(1.0),
+            param_bytes=m(100 * 2**20), rss_bytes=m(500 * 2**20), steps_per_inference=m(steps_per_inference),
+            inference=points, amp_inference=amp,
         ),
-        run=RunShape(
-            n_units=n_tasks * n_episodes,
-            n_tasks=n_tasks,
-            n_episodes=n_episodes,
-            videos_per_task=0,
-            device=device,
-            **run,
-        ),
+        run=RunShape(n_units=n_tasks * n_episodes, n_tasks=n_tasks, n_episodes=n_episodes, videos_per_task=0,
+                     device=device, **run),
     )
 
 
@@ -129,14 +94,8 @@ def test_oversubscribing_cores_is_never_recommended():
 
 def test_inference_bound_gpu_policy_gets_big_batches():
     # a GPU network: 20 ms per call whatever the batch up to 64, then linear
-    probe = recorded(
-        cores=16,
-        gpus=1,
-        device="cuda",
-        placement="driver",
-        step_ms=1.0,
-        inference=((1, 20.0), (8, 20.0), (64, 21.0), (128, 40.0)),
-    )
+    probe = recorded(cores=16, gpus=1, device="cuda", placement="driver", step_ms=1.0,
+                     inference=((1, 20.0), (8, 20.0), (64, 21.0), (128, 40.0)))
     rec = recommend(probe)
     assert rec.placement == "driver"
     assert rec.workers * rec.slots_per_worker >= 64  # fills the GPU's flat part
@@ -157,17 +116,9 @@ def test_chunks_in_phase_are_a_burst_not_an_average():
     once every 10 steps, and nothing else overlaps that call. A per-call average would spread
     it over the queued steps and see no reason for more rows; the burst makes big batches pay.
     (PushT pixels + LeRobot ACT here: 2 workers x 8 slots ran 1.2x faster than x 2.)"""
-    kw: dict[str, Any] = {
-        "cores": 2,
-        "placement": "driver",
-        "step_ms": 1.35,
-        "step_all_ms": 1.4,
-        "inference": ((1, 18.0), (2, 15.0), (4, 21.0), (8, 42.0)),
-        "steps_per_inference": 10,
-        "n_tasks": 1,
-        "n_episodes": 16,
-        "episode_steps": 300.0,
-    }
+    kw: dict[str, Any] = {"cores": 2, "placement": "driver", "step_ms": 1.35, "step_all_ms": 1.4,
+                          "inference": ((1, 18.0), (2, 15.0), (4, 21.0), (8, 42.0)), "steps_per_inference": 10,
+                          "n_tasks": 1, "n_episodes": 16, "episode_steps": 300.0}
     in_phase, spread = recorded(constant=True, **kw), recorded(constant=False, **kw)
     # in phase: a cycle in 10 pays the whole call for both groups, 2 x 18 ms at one row each
     one_row = continuous_driver(in_phase, 2, 1)
@@ -181,15 +132,9 @@ def test_chunks_in_phase_are_a_burst_not_an_average():
 
 def test_cpu_inference_shares_the_cores_with_the_workers():
     # a CPU network that keeps 2 cores busy: workers and driver compete on a 2-core box
-    probe = recorded(
-        cores=2, placement="driver", step_ms=1.5, inference=((1, 40.0), (8, 320.0)), steps_per_inference=10
-    )
-    probe = dataclasses.replace(
-        probe,
-        policy=dataclasses.replace(
-            probe.policy, inference=tuple(dataclasses.replace(p, cpu_util=2.0) for p in probe.policy.inference)
-        ),
-    )
+    probe = recorded(cores=2, placement="driver", step_ms=1.5, inference=((1, 40.0), (8, 320.0)), steps_per_inference=10)
+    probe = dataclasses.replace(probe, policy=dataclasses.replace(
+        probe.policy, inference=tuple(dataclasses.replace(p, cpu_util=2.0) for p in probe.policy.inference)))
     c = continuous_driver(probe, 2, 4)
     assert c.bound == "cpu"
     core_ms_per_step = 1.5 + (40.0 / 10)  # sim + amortised inference, in core-ms per row... roughly
@@ -206,9 +151,8 @@ def test_memory_bound_caps_workers_and_says_so():
 
 
 def test_several_gpus_get_one_local_shard_each():
-    probe = recorded(
-        cores=32, gpus=4, device="cuda", placement="driver", step_ms=1.0, inference=((1, 5.0), (64, 6.0), (128, 12.0))
-    )
+    probe = recorded(cores=32, gpus=4, device="cuda", placement="driver", step_ms=1.0,
+                     inference=((1, 5.0), (64, 6.0), (128, 12.0)))
     rec = recommend(probe)
     assert rec.num_shards == 4
     assert rec.workers <= 8  # each shard gets its share of the cores
@@ -219,15 +163,8 @@ def test_several_gpus_get_one_local_shard_each():
 
 def test_gpu_memory_bounds_the_batch():
     # 140 GB free, 2 GB of activations per row -> at most ~55 rows per call
-    probe = recorded(
-        cores=64,
-        gpus=1,
-        device="cuda",
-        placement="driver",
-        step_ms=1.0,
-        inference=((1, 5.0), (64, 5.0), (128, 5.0)),
-        peak_bytes_per_row=2 * 10**9,
-    )
+    probe = recorded(cores=64, gpus=1, device="cuda", placement="driver", step_ms=1.0,
+                     inference=((1, 5.0), (64, 5.0), (128, 5.0)), peak_bytes_per_row=2 * 10**9)
     rec = recommend(probe)
     assert rec.max_rows_per_call is not None and rec.max_rows_per_call <= 60
     assert rec.workers * rec.slots_per_worker / 2 <= rec.max_rows_per_call
@@ -244,16 +181,8 @@ def test_amp_is_recommended_on_gpu_only_when_measured_faster_and_never_applied()
 
 
 def test_policies_without_slot_state_get_lockstep_batches():
-    probe = recorded(
-        cores=8,
-        placement="driver",
-        per_slot_state=False,
-        step_ms=20.0,
-        n_episodes=32,
-        inference=((1, 5.0), (32, 6.0)),
-        constant=True,
-        episode_steps=300,
-    )
+    probe = recorded(cores=8, placement="driver", per_slot_state=False, step_ms=20.0, n_episodes=32,
+                     inference=((1, 5.0), (32, 6.0)), constant=True, episode_steps=300)
     rec = recommend(probe)
     assert rec.mode == "lockstep"
     assert rec.use_async_envs  # 20 ms steps: worth stepping the batch in subprocesses
@@ -270,9 +199,7 @@ def test_worker_placement_rate_follows_the_measured_step():
 
 
 def test_probe_json_round_trip():
-    probe = recorded(
-        gpus=2, device="cuda", placement="driver", inference=((1, 5.0), (8, 6.0)), peak_bytes_per_row=10**6
-    )
+    probe = recorded(gpus=2, device="cuda", placement="driver", inference=((1, 5.0), (8, 6.0)), peak_bytes_per_row=10**6)
     assert Probe.from_dict(json.loads(json.dumps(probe.to_dict()))) == probe
 
 
@@ -289,14 +216,8 @@ def test_eval_command_keeps_the_users_flags_and_replaces_scheduling():
 
 
 # no videos, in tune as in eval (the test harness adds it to eval only): a stored probe's kind includes them
-FAKE = [
-    "--env.type=fake",
-    "--env.step_sleep_s=0.002",
-    "--env.max_steps=30",
-    "--policy.type=expert",
-    "--eval.n_episodes=6",
-    "--eval.max_episodes_rendered=0",
-]
+FAKE = ["--env.type=fake", "--env.step_sleep_s=0.002", "--env.max_steps=30", "--policy.type=expert", "--eval.n_episodes=6",
+        "--eval.max_episodes_rendered=0"]
 
 
 def test_real_probe_measures_and_predicts(cli, tmp_path: Path):
@@ -395,12 +316,8 @@ def test_a_stored_probe_fits_only_its_benchmark_policy_and_versions(monkeypatch:
     hit = cache.lookup(cfg, ())
     assert hit.probe == probe and hit.path == path
     assert cache.lookup(_fake_cfg("--eval.n_episodes=60"), ()).probe == probe  # the run's size is not its kind
-    for other in (
-        _fake_cfg("--env.task=near"),
-        _fake_cfg("--env.max_steps=31"),
-        _fake_cfg("--policy.type=random"),
-        _fake_cfg("--eval.max_episodes_rendered=2"),
-    ):
+    for other in (_fake_cfg("--env.task=near"), _fake_cfg("--env.max_steps=31"), _fake_cfg("--policy.type=random"),
+                  _fake_cfg("--eval.max_episodes_rendered=2")):
         miss = cache.lookup(other, ())
         assert miss.probe is None and "no stored probe" in miss.why
     assert cache.lookup(cfg, (GpuInfo(0, "H200", 1, 1),)).probe is None  # another machine
@@ -480,16 +397,8 @@ def test_worker_placement_rate_follows_the_measured_loop_together():
 
 def test_real_probe_of_a_driver_policy_times_batches(cli, tmp_path: Path):
     out = tmp_path / "tune.json"
-    r = cli(
-        "tune",
-        "--env.type=fake",
-        "--policy.type=module",
-        "--policy.path=helpers_policies:make_chunky",
-        "--policy.placement=driver",
-        "--eval.n_episodes=8",
-        "--tune.budget_s=4",
-        f"--tune.output={out}",
-    )
+    r = cli("tune", "--env.type=fake", "--policy.type=module", "--policy.path=helpers_policies:make_chunky",
+            "--policy.placement=driver", "--eval.n_episodes=8", "--tune.budget_s=4", f"--tune.output={out}")
     assert r.rc == 0, r.err
     probe = Probe.from_dict(json.loads(out.read_text())["probe"])
     batches = [p.batch for p in probe.policy.inference]
@@ -517,9 +426,8 @@ def test_bad_tune_flags_are_one_line_errors(cli, tmp_path: Path, flags: list[str
 def test_cpu_driver_inference_uses_the_threads_the_workers_leave():
     # 8 cores: torch at 8 threads 10 ms per call, at 1 thread 40 ms; 6 workers leave 2 threads
     probe = recorded(cores=8, placement="driver", inference=((1, 10.0),), step_ms=0.1)
-    probe = dataclasses.replace(
-        probe, policy=dataclasses.replace(probe.policy, threads=8, inference_1t=(InferencePoint(1, 40.0, 0.05, 1.0),))
-    )
+    probe = dataclasses.replace(probe, policy=dataclasses.replace(
+        probe.policy, threads=8, inference_1t=(InferencePoint(1, 40.0, 0.05, 1.0),)))
     from rollbench.tune.model import driver_threads, infer_ms
 
     assert driver_threads(probe, 6) == 2 and driver_threads(probe, 8) == 1

@@ -100,19 +100,9 @@ def test_metaworld_pixel_video_frame_is_the_observation(gl):
 def test_metaworld_pixel_policy_sees_the_same_with_videos_on_and_off(cli, tmp_path, mode):
     """A policy driven by its pixels alone has bit-identical episodes with videos on and off;
     the same policy on fast-rendered pixels does not (so the comparison would see a leak)."""
-    base = [
-        "eval",
-        "--env.type=metaworld",
-        "--env.task=reach-v3",
-        "--env.obs_type=pixels_agent_pos",
-        "--env.observation_width=48",
-        "--env.observation_height=48",
-        "--env.episode_length=12",
-        "--policy.type=module",
-        "--policy.path=helpers_video_policies:pixel_driven",
-        "--eval.n_episodes=2",
-        *mode,
-    ]
+    base = ["eval", "--env.type=metaworld", "--env.task=reach-v3", "--env.obs_type=pixels_agent_pos",
+            "--env.observation_width=48", "--env.observation_height=48", "--env.episode_length=12",
+            "--policy.type=module", "--policy.path=helpers_video_policies:pixel_driven", "--eval.n_episodes=2", *mode]
     on = cli(*base, "--eval.max_episodes_rendered=2", "--eval.video_size=128", f"--output_dir={tmp_path / 'on'}")
     assert on.rc == 0, on.err
     off = cli(*base, "--eval.max_episodes_rendered=0", f"--output_dir={tmp_path / 'off'}")
@@ -131,26 +121,10 @@ def test_lockstep_films_state_episodes_in_the_driver_with_no_mujoco_gl_set(tmp_p
     sets MUJOCO_GL: the video camera picks its GL backend when it is made, not at that import."""
     env = {k: v for k, v in subprocess_env().items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rollbench",
-            "eval",
-            "--env.type=metaworld",
-            "--env.task=reach-v3",
-            "--env.episode_length=9",
-            "--policy.type=random",
-            "--eval.n_episodes=1",
-            "--eval.mode=lockstep",
-            "--eval.max_episodes_rendered=1",
-            "--eval.report=false",
-            f"--output_dir={tmp_path}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=REPO,
+        [sys.executable, "-m", "rollbench", "eval", "--env.type=metaworld", "--env.task=reach-v3",
+         "--env.episode_length=9", "--policy.type=random", "--eval.n_episodes=1", "--eval.mode=lockstep",
+         "--eval.max_episodes_rendered=1", "--eval.report=false", f"--output_dir={tmp_path}"],
+        capture_output=True, text=True, timeout=300, env=env, cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr
     assert "no video" not in proc.stderr, proc.stderr
@@ -182,9 +156,8 @@ def test_aloha_video_frames_and_the_policys_frames_beside_them(gl, monkeypatch):
         fast = pixels._env._env.physics  # --env.fast_render: no multisampling, no cast shadows
         for _ in range(2):  # the policy's frame of this state, again, after a video frame
             assert np.array_equal(fast.render(height=192, width=256, camera_id="top"), obs["top"])
-        assert np.array_equal(
-            frame, fast.render(height=192, width=256, camera_id="top", render_flag_overrides={"reflection": False})
-        )
+        assert np.array_equal(frame, fast.render(height=192, width=256, camera_id="top",
+                                                 render_flag_overrides={"reflection": False}))
         assert pixels.render_video(64) is obs["top"]
     finally:
         for env in (other, state, pixels):
@@ -265,19 +238,9 @@ def test_cost_warning_before_a_fake_run(cli, tmp_path, flags, warned):
 def test_cost_warning_before_a_metaworld_run(cli, tmp_path, obs, warned):
     """State observations: every video frame is a render of its own (~18 ms against a 0.5 ms
     step), said before the run; pixel observations reuse the policy's frames: nothing to say."""
-    r = cli(
-        "eval",
-        "--env.type=metaworld",
-        "--env.task=reach-v3",
-        f"--env.obs_type={obs}",
-        "--env.observation_width=32",
-        "--env.observation_height=32",
-        "--env.episode_length=3",
-        "--policy.type=random",
-        "--eval.n_episodes=1",
-        "--eval.max_episodes_rendered=1",
-        f"--output_dir={tmp_path}",
-    )
+    r = cli("eval", "--env.type=metaworld", "--env.task=reach-v3", f"--env.obs_type={obs}",
+            "--env.observation_width=32", "--env.observation_height=32", "--env.episode_length=3",
+            "--policy.type=random", "--eval.n_episodes=1", "--eval.max_episodes_rendered=1", f"--output_dir={tmp_path}")
     assert r.rc == 0, r.err
     assert any(ln.startswith(WARNING) for ln in r.err.splitlines()) == warned, r.err
 
@@ -295,13 +258,7 @@ def test_cost_warning_before_a_metaworld_run(cli, tmp_path, obs, warned):
     ],
 )
 def test_bad_video_flags_are_one_line_errors(cli, tmp_path, flag, needles):
-    res = cli(
-        "eval",
-        "--env.type=fake",
-        "--policy.type=random",
-        "--eval.max_episodes_rendered=1",
-        flag,
-        f"--output_dir={tmp_path}",
-    )
+    res = cli("eval", "--env.type=fake", "--policy.type=random", "--eval.max_episodes_rendered=1", flag,
+              f"--output_dir={tmp_path}")
     assert_one_line_error(res, *needles)
     assert not (tmp_path / "eval_info.json").exists()

@@ -25,16 +25,13 @@ def decoded(path: Path) -> tuple[int, tuple[int, int], Fraction]:
         return len(frames), (frames[0].height, frames[0].width), Fraction(stream.average_rate)
 
 
-def check_videos(
-    out: Path, rendered: int, n_episodes: int, every: int = 1, fps: int = FAKE_FPS, shape: tuple[int, int] | None = None
-) -> int:
+def check_videos(out: Path, rendered: int, n_episodes: int, every: int = 1, fps: int = FAKE_FPS,
+                 shape: tuple[int, int] | None = None) -> int:
     info = load_info(out)
     checked = 0
     for task in info["per_task"]:
         m = task["metrics"]
-        want = [
-            f"videos/{task['task_group']}_{task['task_id']}/episode_{i}.mp4" for i in range(min(rendered, n_episodes))
-        ]
+        want = [f"videos/{task['task_group']}_{task['task_id']}/episode_{i}.mp4" for i in range(min(rendered, n_episodes))]
         assert m["video_paths"] == want
         for rel in want:
             i = int(rel.rsplit("_", 1)[1].split(".")[0])
@@ -64,29 +61,15 @@ def check_videos(
 )
 def test_fake_videos_every_mode(cli, tmp_path: Path, mode: list[str], video_fps: int | None, every: int) -> None:
     fps_flag = [f"--eval.video_fps={video_fps}"] if video_fps is not None else []  # default 10: 30 fps // 10
-    r = cli(
-        "eval",
-        "--env.type=fake",
-        "--policy.type=random",
-        "--eval.n_episodes=3",
-        "--eval.max_episodes_rendered=2",
-        *fps_flag,
-        *mode,
-        f"--output_dir={tmp_path}",
-    )
+    r = cli("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=3",
+            "--eval.max_episodes_rendered=2", *fps_flag, *mode, f"--output_dir={tmp_path}")
     assert r.rc == 0, r.err
     assert check_videos(tmp_path, 2, 3, every=every) == 6
 
 
 def test_zero_renders_nothing(cli, tmp_path: Path) -> None:
-    r = cli(
-        "eval",
-        "--env.type=fake",
-        "--policy.type=random",
-        "--eval.n_episodes=2",
-        "--eval.max_episodes_rendered=0",
-        f"--output_dir={tmp_path}",
-    )
+    r = cli("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=2",
+            "--eval.max_episodes_rendered=0", f"--output_dir={tmp_path}")
     assert r.rc == 0, r.err
     assert not (tmp_path / "videos").exists()
     assert all(t["metrics"]["video_paths"] == [] for t in load_info(tmp_path)["per_task"])
@@ -106,11 +89,8 @@ def test_videos_do_not_change_results(cli, tmp_path: Path) -> None:
         ("state", (96, 96), []),
         ("pixels_agent_pos", (64, 64), []),
         ("state", (96, 96), ["--eval.mode=lockstep", "--eval.batch_size=2"]),
-        (
-            "state",
-            (96, 96),
-            ["--eval.mode=lockstep", "--eval.batch_size=2", "--eval.isolation=none", "--eval.use_async_envs=true"],
-        ),
+        ("state", (96, 96), ["--eval.mode=lockstep", "--eval.batch_size=2", "--eval.isolation=none",
+                             "--eval.use_async_envs=true"]),
     ],
     ids=["state", "pixels", "state-lockstep", "state-lockstep-async"],
 )
@@ -118,65 +98,34 @@ def test_metaworld_videos(cli, tmp_path: Path, obs: str, shape: tuple[int, int],
     """State observations: frames of their own at --eval.video_size (also from an async
     lockstep batch's sub-processes); pixel observations: the observation's frames, at the
     observation's size. MetaWorld runs at 80 fps: every 8th step is filmed."""
-    r = cli(
-        "eval",
-        "--env.type=metaworld",
-        "--env.task=reach-v3",
-        f"--env.obs_type={obs}",
-        "--env.observation_width=64",
-        "--env.observation_height=64",
-        "--env.episode_length=17",
-        "--eval.video_size=96",
-        "--policy.type=random",
-        "--eval.n_episodes=2",
-        "--eval.max_episodes_rendered=1",
-        *mode,
-        f"--output_dir={tmp_path}",
-    )
+    r = cli("eval", "--env.type=metaworld", "--env.task=reach-v3", f"--env.obs_type={obs}",
+            "--env.observation_width=64", "--env.observation_height=64", "--env.episode_length=17",
+            "--eval.video_size=96", "--policy.type=random", "--eval.n_episodes=2", "--eval.max_episodes_rendered=1",
+            *mode, f"--output_dir={tmp_path}")
     assert r.rc == 0, r.err
     assert check_videos(tmp_path, 1, 2, every=8, fps=80, shape=shape) == 1
 
 
 @pytest.mark.pusht
 def test_pusht_videos(cli, tmp_path: Path) -> None:
-    r = cli(
-        "eval",
-        "--env.type=pusht",
-        "--env.episode_length=10",
-        "--policy.type=random",
-        "--eval.n_episodes=2",
-        "--eval.max_episodes_rendered=2",
-        f"--output_dir={tmp_path}",
-    )
+    r = cli("eval", "--env.type=pusht", "--env.episode_length=10", "--policy.type=random", "--eval.n_episodes=2",
+            "--eval.max_episodes_rendered=2", f"--output_dir={tmp_path}")
     assert r.rc == 0, r.err
     # PushT runs at 10 fps: every step is filmed, drawn at --env.visualization_width x _height
     assert check_videos(tmp_path, 2, 2, every=1, fps=10, shape=(384, 384)) == 2
 
 
 def test_bad_value(cli, tmp_path: Path) -> None:
-    r = cli(
-        "eval", "--env.type=fake", "--policy.type=random", "--eval.max_episodes_rendered=-1", f"--output_dir={tmp_path}"
-    )
+    r = cli("eval", "--env.type=fake", "--policy.type=random", "--eval.max_episodes_rendered=-1", f"--output_dir={tmp_path}")
     assert r.rc == 2 and "--eval.max_episodes_rendered=-1" in r.err
 
 
 def _film_in_async_envs(cli, tmp_path: Path):
     """A lockstep batch of 2 MetaWorld envs in forkserver sub-processes, the first episode filmed."""
-    return cli(
-        "eval",
-        "--env.type=metaworld",
-        "--env.task=reach-v3",
-        "--env.episode_length=9",
-        "--eval.video_size=64",
-        "--policy.type=random",
-        "--eval.n_episodes=2",
-        "--eval.max_episodes_rendered=1",
-        "--eval.mode=lockstep",
-        "--eval.batch_size=2",
-        "--eval.isolation=none",
-        "--eval.use_async_envs=true",
-        f"--output_dir={tmp_path}",
-    )
+    return cli("eval", "--env.type=metaworld", "--env.task=reach-v3", "--env.episode_length=9",
+               "--eval.video_size=64", "--policy.type=random", "--eval.n_episodes=2", "--eval.max_episodes_rendered=1",
+               "--eval.mode=lockstep", "--eval.batch_size=2", "--eval.isolation=none", "--eval.use_async_envs=true",
+               f"--output_dir={tmp_path}")
 
 
 @pytest.mark.metaworld

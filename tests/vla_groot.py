@@ -119,9 +119,8 @@ def lerobot_home(home: Path) -> Iterator[None]:
         return
     from lerobot.policies.groot import groot_n1, processor_groot
 
-    with (
-        mock.patch.object(groot_n1, "HF_LEROBOT_HOME", home),
-        mock.patch.object(processor_groot, "HF_LEROBOT_HOME", home),
+    with mock.patch.object(groot_n1, "HF_LEROBOT_HOME", home), mock.patch.object(
+        processor_groot, "HF_LEROBOT_HOME", home
     ):
         yield
 
@@ -167,87 +166,64 @@ def make_eagle_assets(home: Path) -> Path:
 
     ids = {"pad_token_id": added[_PAD], "bos_token_id": added[_IM_START], "eos_token_id": added[_IM_END]}
     text = {
-        "architectures": ["Qwen3ForCausalLM"],
-        "model_type": "qwen3",
-        "vocab_size": len(tokenizer),
-        "hidden_size": _LLM_HIDDEN,
-        "intermediate_size": 32,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "head_dim": 16,
-        "max_position_embeddings": 512,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 1e6,
-        "tie_word_embeddings": False,
-        **ids,
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": len(tokenizer),
+        "hidden_size": _LLM_HIDDEN, "intermediate_size": 32, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+        "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 1e6,
+        "tie_word_embeddings": False, **ids,
     }
     vision = {
-        "model_type": "siglip_vision_model",
-        "hidden_size": _WIDTH,
-        "intermediate_size": 2 * _WIDTH,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "image_size": _IMAGE_SIZE,
-        "patch_size": _PATCH_SIZE,
+        "model_type": "siglip_vision_model", "hidden_size": _WIDTH, "intermediate_size": 2 * _WIDTH,
+        "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": _IMAGE_SIZE, "patch_size": _PATCH_SIZE,
     }
-    _write_json(
-        path / "config.json",
-        {
-            "architectures": ["Eagle25VLForConditionalGeneration"],
-            "auto_map": {
-                "AutoConfig": "configuration_eagle2_5_vl.Eagle25VLConfig",
-                "AutoModel": f"{_CPU_EAGLE_MODULE}.Eagle25VLForConditionalGenerationSdpa",
-            },
-            "model_type": "eagle_2_5_vl",
-            "text_config": text,
-            "vision_config": vision,
-            # The vendored config defaults to flash_attention_2 (refused on a CPU without flash_attn).
-            "_attn_implementation": "sdpa",
-            "select_layer": -1,
-            "force_image_size": _IMAGE_SIZE,
-            "downsample_ratio": 0.5,
-            "use_pixel_shuffle": True,
-            "mlp_connector_layers": 1,
-            "dynamic_image_size": True,
-            "use_thumbnail": False,
-            "min_dynamic_tiles": 1,
-            "max_dynamic_tiles": 1,
-            "image_token_index": added[_IMAGE_TOKENS[0]],
-            **ids,
+    _write_json(path / "config.json", {
+        "architectures": ["Eagle25VLForConditionalGeneration"],
+        "auto_map": {
+            "AutoConfig": "configuration_eagle2_5_vl.Eagle25VLConfig",
+            "AutoModel": f"{_CPU_EAGLE_MODULE}.Eagle25VLForConditionalGenerationSdpa",
         },
-    )
+        "model_type": "eagle_2_5_vl",
+        "text_config": text,
+        "vision_config": vision,
+        # The vendored config defaults to flash_attention_2 (refused on a CPU without flash_attn).
+        "_attn_implementation": "sdpa",
+        "select_layer": -1,
+        "force_image_size": _IMAGE_SIZE,
+        "downsample_ratio": 0.5,
+        "use_pixel_shuffle": True,
+        "mlp_connector_layers": 1,
+        "dynamic_image_size": True,
+        "use_thumbnail": False,
+        "min_dynamic_tiles": 1,
+        "max_dynamic_tiles": 1,
+        "image_token_index": added[_IMAGE_TOKENS[0]],
+        **ids,
+    })
     GenerationConfig(**ids).save_pretrained(path)
     processor_map = {"AutoProcessor": "processing_eagle2_5_vl.Eagle25VLProcessor"}
-    _write_json(
-        path / "preprocessor_config.json",
-        {
-            "auto_map": {
-                **processor_map,
-                "AutoImageProcessor": "image_processing_eagle2_5_vl_fast.Eagle25VLImageProcessorFast",
-            },
-            "processor_class": "Eagle25VLProcessor",
-            "size": {"height": _IMAGE_SIZE, "width": _IMAGE_SIZE},
-            "min_dynamic_tiles": 1,
-            "max_dynamic_tiles": 1,
-            "use_thumbnail": False,
-            "do_pad": True,
-            "image_mean": [0.5, 0.5, 0.5],
-            "image_std": [0.5, 0.5, 0.5],
+    _write_json(path / "preprocessor_config.json", {
+        "auto_map": {
+            **processor_map,
+            "AutoImageProcessor": "image_processing_eagle2_5_vl_fast.Eagle25VLImageProcessorFast",
         },
-    )
-    _write_json(
-        path / "processor_config.json",
-        {
-            "auto_map": processor_map,
-            "processor_class": "Eagle25VLProcessor",
-            "tokens_per_tile": _TOKENS_PER_TILE,
-            "image_token": _IMAGE_TOKENS[0],
-            "video_token": _IMAGE_TOKENS[0],
-            "image_start_token": _IMAGE_TOKENS[1],
-            "image_end_token": _IMAGE_TOKENS[2],
-        },
-    )
+        "processor_class": "Eagle25VLProcessor",
+        "size": {"height": _IMAGE_SIZE, "width": _IMAGE_SIZE},
+        "min_dynamic_tiles": 1,
+        "max_dynamic_tiles": 1,
+        "use_thumbnail": False,
+        "do_pad": True,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+    })
+    _write_json(path / "processor_config.json", {
+        "auto_map": processor_map,
+        "processor_class": "Eagle25VLProcessor",
+        "tokens_per_tile": _TOKENS_PER_TILE,
+        "image_token": _IMAGE_TOKENS[0],
+        "video_token": _IMAGE_TOKENS[0],
+        "image_start_token": _IMAGE_TOKENS[1],
+        "image_end_token": _IMAGE_TOKENS[2],
+    })
     return path
 
 
@@ -264,51 +240,25 @@ def make_tiny_gr00t(path: Path, home: Path, seed: int, max_state_dim: int, max_a
 
     attention = {"num_attention_heads": 2, "attention_head_dim": _WIDTH // 2, "positional_embeddings": None}
     action_head = {
-        "action_dim": max_action_dim,
-        "action_horizon": _ACTION_HORIZON,
-        "max_state_dim": max_state_dim,
-        "add_pos_embed": True,
-        "max_seq_len": 1024,
-        "model_dtype": "float32",
-        "input_embedding_dim": _WIDTH,
-        "backbone_embedding_dim": _WIDTH,
-        "hidden_size": _WIDTH,
-        "max_num_embodiments": 32,
-        "num_target_vision_tokens": 4,
-        "num_inference_timesteps": 4,
-        "num_timestep_buckets": 1000,
-        "noise_beta_alpha": 1.5,
-        "noise_beta_beta": 1.0,
-        "noise_s": 0.999,
-        "tune_projector": True,
-        "tune_diffusion_model": True,
-        "use_vlln": True,
+        "action_dim": max_action_dim, "action_horizon": _ACTION_HORIZON, "max_state_dim": max_state_dim,
+        "add_pos_embed": True, "max_seq_len": 1024, "model_dtype": "float32",
+        "input_embedding_dim": _WIDTH, "backbone_embedding_dim": _WIDTH, "hidden_size": _WIDTH,
+        "max_num_embodiments": 32, "num_target_vision_tokens": 4, "num_inference_timesteps": 4,
+        "num_timestep_buckets": 1000, "noise_beta_alpha": 1.5, "noise_beta_beta": 1.0, "noise_s": 0.999,
+        "tune_projector": True, "tune_diffusion_model": True, "use_vlln": True,
         "diffusion_model_cfg": {
-            **attention,
-            "num_layers": 2,
-            "output_dim": _WIDTH,
-            "cross_attention_dim": _WIDTH,
-            "interleave_self_attention": True,
-            "norm_type": "ada_norm",
-            "dropout": 0.2,
-            "final_dropout": True,
+            **attention, "num_layers": 2, "output_dim": _WIDTH, "cross_attention_dim": _WIDTH,
+            "interleave_self_attention": True, "norm_type": "ada_norm", "dropout": 0.2, "final_dropout": True,
         },
         "vl_self_attention_cfg": {**attention, "num_layers": 1, "dropout": 0.2, "final_dropout": True},
     }
     backbone = {
-        "tune_llm": False,
-        "tune_visual": False,
-        "select_layer": 1,
-        "reproject_vision": False,
-        "tokenizer_assets_repo": _ASSETS_REPO,
-        "project_to_dim": _WIDTH,
+        "tune_llm": False, "tune_visual": False, "select_layer": 1, "reproject_vision": False,
+        "tokenizer_assets_repo": _ASSETS_REPO, "project_to_dim": _WIDTH,
     }
     config = GR00TN15Config(
-        backbone_cfg=backbone,
-        action_head_cfg=action_head,
-        action_horizon=_ACTION_HORIZON,
-        action_dim=max_action_dim,
-        compute_dtype="float32",
+        backbone_cfg=backbone, action_head_cfg=action_head, action_horizon=_ACTION_HORIZON,
+        action_dim=max_action_dim, compute_dtype="float32",
     )
     torch.manual_seed(seed)
     with lerobot_home(home):
@@ -351,7 +301,9 @@ def make_groot_checkpoint(out: Path, benchmark: BenchmarkConfig, home: Path, see
         "max_action_dim": 8,
     }
     small.update(overrides)
-    base = make_tiny_gr00t(base_model_dir(out).resolve(), home, seed, small["max_state_dim"], small["max_action_dim"])
+    base = make_tiny_gr00t(
+        base_model_dir(out).resolve(), home, seed, small["max_state_dim"], small["max_action_dim"]
+    )
     small.setdefault("base_model_path", str(base))
     cfg = make_policy_config("groot", input_features=inputs, output_features=outputs, **small)
     torch.manual_seed(seed)

@@ -121,49 +121,26 @@ def make_tiny_qwen3_vl(home: Path) -> Path:
     ids = {tok: tokenizer.convert_tokens_to_ids(tok) for tok in specials}
     head_dim = _TEXT_WIDTH // 2
     text = {
-        "model_type": "qwen3_vl_text",
-        "vocab_size": len(tokenizer),
-        "hidden_size": _TEXT_WIDTH,
-        "intermediate_size": 2 * _TEXT_WIDTH,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "head_dim": head_dim,
-        "max_position_embeddings": 1024,
-        "rms_norm_eps": 1e-6,
-        "tie_word_embeddings": True,
-        "pad_token_id": ids[_PAD],
-        "eos_token_id": ids[_IM_END],
+        "model_type": "qwen3_vl_text", "vocab_size": len(tokenizer), "hidden_size": _TEXT_WIDTH,
+        "intermediate_size": 2 * _TEXT_WIDTH, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "head_dim": head_dim, "max_position_embeddings": 1024,
+        "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
+        "pad_token_id": ids[_PAD], "eos_token_id": ids[_IM_END],
         # Multimodal RoPE: the (temporal, height, width) sections share head_dim / 2 = 16 frequencies.
         "rope_parameters": {
-            "rope_type": "default",
-            "rope_theta": 5e6,
-            "mrope_interleaved": True,
-            "mrope_section": [6, 5, 5],
+            "rope_type": "default", "rope_theta": 5e6, "mrope_interleaved": True, "mrope_section": [6, 5, 5],
         },
     }
     grid = _IMAGE_SIZE // _PATCH_SIZE
     vision = {
-        "model_type": "qwen3_vl",
-        "depth": 1,
-        "hidden_size": _WIDTH,
-        "intermediate_size": 2 * _WIDTH,
-        "num_heads": 2,
-        "patch_size": _PATCH_SIZE,
-        "spatial_merge_size": _MERGE_SIZE,
-        "temporal_patch_size": 2,
-        "out_hidden_size": _TEXT_WIDTH,
-        "num_position_embeddings": grid * grid,
-        "deepstack_visual_indexes": [0],
+        "model_type": "qwen3_vl", "depth": 1, "hidden_size": _WIDTH, "intermediate_size": 2 * _WIDTH,
+        "num_heads": 2, "patch_size": _PATCH_SIZE, "spatial_merge_size": _MERGE_SIZE, "temporal_patch_size": 2,
+        "out_hidden_size": _TEXT_WIDTH, "num_position_embeddings": grid * grid, "deepstack_visual_indexes": [0],
     }
     config = Qwen3VLConfig(
-        text_config=text,
-        vision_config=vision,
-        tie_word_embeddings=True,
-        image_token_id=ids[_IMAGE_PAD],
-        video_token_id=ids[_VIDEO_PAD],
-        vision_start_token_id=ids[_VISION_START],
-        vision_end_token_id=ids[_VISION_END],
+        text_config=text, vision_config=vision, tie_word_embeddings=True,
+        image_token_id=ids[_IMAGE_PAD], video_token_id=ids[_VIDEO_PAD],
+        vision_start_token_id=ids[_VISION_START], vision_end_token_id=ids[_VISION_END],
     )
     config.save_pretrained(path)
     pixels = {"shortest_edge": _IMAGE_SIZE * _IMAGE_SIZE, "longest_edge": _IMAGE_SIZE * _IMAGE_SIZE}
@@ -194,39 +171,20 @@ def make_tiny_gr00t17(path: Path, home: Path, seed: int, max_state_dim: int, max
 
     backbone = make_tiny_qwen3_vl(home)
     dit = {
-        "positional_embeddings": None,
-        "num_layers": 4,
-        "num_attention_heads": 2,
-        "attention_head_dim": _WIDTH // 2,
-        "norm_type": "ada_norm",
-        "dropout": 0.2,
-        "final_dropout": True,
-        "output_dim": _WIDTH,
+        "positional_embeddings": None, "num_layers": 4, "num_attention_heads": 2, "attention_head_dim": _WIDTH // 2,
+        "norm_type": "ada_norm", "dropout": 0.2, "final_dropout": True, "output_dim": _WIDTH,
         "interleave_self_attention": True,
     }
     vl_attention = {
-        "positional_embeddings": None,
-        "num_layers": 1,
-        "num_attention_heads": 2,
-        "attention_head_dim": _TEXT_WIDTH // 2,
-        "dropout": 0.2,
-        "final_dropout": True,
+        "positional_embeddings": None, "num_layers": 1, "num_attention_heads": 2,
+        "attention_head_dim": _TEXT_WIDTH // 2, "dropout": 0.2, "final_dropout": True,
     }
     image = {"image_target_size": [_IMAGE_SIZE, _IMAGE_SIZE], "image_crop_size": [_IMAGE_SIZE, _IMAGE_SIZE]}
     config = GR00TN17Config(
-        model_name=str(backbone),
-        model_dtype="float32",
-        dtype="float32",
-        select_layer=1,
-        backbone_embedding_dim=_TEXT_WIDTH,
-        hidden_size=_WIDTH,
-        input_embedding_dim=_WIDTH,
-        max_state_dim=max_state_dim,
-        max_action_dim=max_action_dim,
-        action_horizon=_ACTION_HORIZON,
-        diffusion_model_cfg=dit,
-        vl_self_attention_cfg=vl_attention,
-        **image,
+        model_name=str(backbone), model_dtype="float32", dtype="float32", select_layer=1,
+        backbone_embedding_dim=_TEXT_WIDTH, hidden_size=_WIDTH, input_embedding_dim=_WIDTH,
+        max_state_dim=max_state_dim, max_action_dim=max_action_dim, action_horizon=_ACTION_HORIZON,
+        diffusion_model_cfg=dit, vl_self_attention_cfg=vl_attention, **image,
     )
     torch.manual_seed(seed)
     model = GR00TN17(config, load_backbone_weights=False)

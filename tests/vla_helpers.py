@@ -80,36 +80,20 @@ def make_tiny_smolvlm(path: Path) -> Path:
     tokenizer = _byte_tokenizer()
     pad_id = tokenizer.pad_token_id
     text = {
-        "model_type": "llama",
-        "vocab_size": len(tokenizer),
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
-        "max_position_embeddings": 512,
-        "rms_norm_eps": 1e-5,
-        "pad_token_id": pad_id,
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
+        "model_type": "llama", "vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "pad_token_id": pad_id,
+        "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
         "tie_word_embeddings": False,
     }
     vision = {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "image_size": _IMAGE_SIZE,
-        "patch_size": _PATCH_SIZE,
+        "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "image_size": _IMAGE_SIZE, "patch_size": _PATCH_SIZE,
     }
     scale = 2
     # The config's default token ids are those of the real 49k vocabulary: out of range here.
     config = SmolVLMConfig(
-        text_config=text,
-        vision_config=vision,
-        scale_factor=scale,
-        pad_token_id=pad_id,
+        text_config=text, vision_config=vision, scale_factor=scale, pad_token_id=pad_id,
         image_token_id=tokenizer.convert_tokens_to_ids(_IMAGE_TOKENS["image_token"]),
     )
     size = {"longest_edge": _IMAGE_SIZE}
