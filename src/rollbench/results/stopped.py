@@ -9,7 +9,7 @@ Both are mended here with the exact distribution of where the rule stops:
         ──▶ Sampling: the data counted at each look (failed units give none)
         ──▶ distribution(p): P_p(stop at look j with k successes), by dynamic programming
               over looks, for a whole vector of p at once
-        ├──▶ unbiased(): the Rao-Blackwell estimate E[first datum | stop point] =
+        ├──▶ unbiased_all(): the Rao-Blackwell estimate E[first datum | stop point] =
         │      P_p(first datum succeeds, stop there) / P_p(stop there), free of p;
         │      exactly unbiased, so a mean of tasks' estimates is too
         └──▶ interval(): the exact interval of the stop point, by inverting the rule's own
@@ -147,19 +147,11 @@ def _observed(s: Sampling, look: int, k: int) -> int:
     return int(hits[0])
 
 
-def unbiased(s: Sampling, look: int, k: int) -> float:
-    """E[first datum | the rule stopped at (look, k)]: an unbiased estimate of p."""
-    n = s.looks[look]
-    if k == 0 or k == n:
-        return k / n if n else math.nan
-    p = np.array([k / n])  # the ratio is free of p; here both terms are far from underflow
-    i = _observed(s, look, k)
-    return float(distribution(s, p, first_success=True)[0, i] / distribution(s, p)[0, i])
-
-
 @lru_cache(maxsize=16)
 def unbiased_all(s: Sampling) -> np.ndarray:
-    """`unbiased` at every stop point (in `_points` order), each at its own rate."""
+    """E[first datum | the rule stopped there] at every stop point (in `_points` order): an
+    unbiased estimate of p. The ratio is free of p; each point's is taken at its own rate,
+    where both terms are far from underflow."""
     pts = _points(s)
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = np.where(pts.n > 0, pts.k / np.maximum(pts.n, 1), 0.5)
@@ -175,16 +167,6 @@ def variance(s: Sampling, p: float) -> float:
     probs = distribution(s, np.array([p]))[0]
     u = unbiased_all(s)
     return float(max(0.0, np.sum(probs * u * u) - p * p))
-
-
-def _tails(s: Sampling, p: np.ndarray, rate: float) -> tuple[np.ndarray, np.ndarray]:
-    """P_p(k/n >= rate) and P_p(k/n <= rate) at the stop, for each p (ties in both)."""
-    pts = _points(s)
-    probs = distribution(s, p)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        t = np.where(pts.n > 0, pts.k / np.maximum(pts.n, 1), np.nan)
-    eps = 1e-12
-    return probs[:, t >= rate - eps].sum(axis=1), probs[:, t <= rate + eps].sum(axis=1)
 
 
 @lru_cache(maxsize=16)
@@ -207,13 +189,17 @@ def interval(s: Sampling, look: int, k: int, alpha: float = ALPHA) -> tuple[floa
     _observed(s, look, k)
     rate = k / n
 
-    def inside(p: np.ndarray) -> np.ndarray:
-        upper, lower = _tails(s, p, rate)
-        return (upper > alpha / 2) & (lower > alpha / 2)
+    grid, grid_probs, t = _on_grid(s)  # shared by every task the same rule stopped
+    above, below = t >= rate - 1e-12, t <= rate + 1e-12  # ties in both tails
 
-    grid, probs, t = _on_grid(s)  # shared by every task the same rule stopped
-    eps = 1e-12
-    ok = (probs[:, t >= rate - eps].sum(axis=1) > alpha / 2) & (probs[:, t <= rate + eps].sum(axis=1) > alpha / 2)
+    def in_set(probs: np.ndarray) -> np.ndarray:
+        """Whether both tails at the observed rate exceed alpha/2, per row of P_p(stop points)."""
+        return (probs[:, above].sum(axis=1) > alpha / 2) & (probs[:, below].sum(axis=1) > alpha / 2)
+
+    def inside(p: np.ndarray) -> np.ndarray:
+        return in_set(distribution(s, p))
+
+    ok = in_set(grid_probs)
     if not ok.any():  # cannot happen for an observed point; the whole range is then honest
         return 0.0, 1.0
     first, last = int(np.argmax(ok)), len(ok) - 1 - int(np.argmax(ok[::-1]))
@@ -264,7 +250,8 @@ class TaskEstimate:
 def estimate(s: Sampling, look: int, k: int) -> TaskEstimate:
     n = s.looks[look]
     shrunk = (k + 1) / (n + 2)
-    return TaskEstimate(unbiased(s, look, k), interval(s, look, k), variance(s, shrunk))
+    rate = float(unbiased_all(s)[_observed(s, look, k)])
+    return TaskEstimate(rate, interval(s, look, k), variance(s, shrunk))
 
 
 def mean_of_rates(tasks: Sequence[TaskEstimate]) -> tuple[float, float, tuple[float, float]]:
