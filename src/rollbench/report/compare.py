@@ -147,19 +147,22 @@ def compare_runs(a: Run, b: Run, alpha: float = 0.05) -> Comparison:
         # Holm's strictest step is alpha / m: a task sized for it is decided whatever the others do
         needed = None if p_adj < alpha else _needed(ra, rb, paired, alpha / len(drafts), 1)
         rows.append(Row(name, ra, rb, paired, ci, test, p, p_adj, needed, alpha))
-    sizes = {r.a.n for r in rows} | {r.b.n for r in rows}
-    if len(sizes) > 1:  # tasks of different lengths (adaptive runs): pooling would weigh the long ones more
-        overall = _mean_of_tasks(rows, alpha)
-        cmp = Comparison(a, b, rows, overall, alpha)
+    # tasks of different lengths (adaptive runs): pooling would weigh the long ones more
+    unequal = len({r.a.n for r in rows} | {r.b.n for r in rows}) > 1
+    cmp = Comparison(a, b, rows, _mean_of_tasks(rows, alpha) if unequal else _pooled(rows, alpha), alpha)
+    if unequal:
         cmp.notes.append(
             "overall: the mean of the tasks' rates (each task weighs the same), since the tasks ran different "
             "numbers of episodes; its test is a z-test on the mean of the per-task differences"
         )
-        _check(cmp, keys)
-        return cmp
-    # pooled: with one rate per run over all tasks, as eval_info's `overall`. Unpaired, a
-    # binomial test on pooled counts is conservative when tasks' rates differ (a sum of
-    # binomials varies less than one binomial of the same mean), so it never overclaims.
+    _check(cmp, keys)
+    return cmp
+
+
+def _pooled(rows: list[Row], alpha: float) -> Row:
+    """One rate per run over all tasks, as eval_info's `overall`. Unpaired, a binomial test on
+    pooled counts is conservative when tasks' rates differ (a sum of binomials varies less than
+    one binomial of the same mean), so it never overclaims."""
     ra = Rate(sum(r.a.k for r in rows), sum(r.a.n for r in rows))
     rb = Rate(sum(r.b.k for r in rows), sum(r.b.n for r in rows))
     pool: stats.Paired | None = stats.Paired(0, 0, 0, 0)
@@ -168,10 +171,7 @@ def compare_runs(a: Run, b: Run, alpha: float = 0.05) -> Comparison:
         pool = None if pool is None or r.paired is None else pool + r.paired
     ci, test, p = _test(ra, rb, pool)
     needed = None if p < alpha else _needed(ra, rb, pool, alpha, len(rows))
-    overall = Row("overall", ra, rb, pool, ci, test, p, p, needed, alpha)
-    cmp = Comparison(a, b, rows, overall, alpha)
-    _check(cmp, keys)
-    return cmp
+    return Row("overall", ra, rb, pool, ci, test, p, p, needed, alpha)
 
 
 def _mean_of_tasks(rows: list[Row], alpha: float) -> Row:
