@@ -140,3 +140,6 @@ def test_seeds_with_ci_width_stop_on_prefixes_that_go_round_robin_over_the_seeds
     first = next(t for t in info["per_task"] if t["stop"]["n_episodes"] == 10)
     assert [b["n_episodes"] for b in first["per_seed"]] == [4, 3, 3]
     assert info["adaptive"]["seeds"] == 3
+    # the headline is `overall`: here the mean of the tasks' unbiased rates, not a pooled Wilson one
+    assert info["across_seeds"]["pc_success"] == info["overall"]["pc_success"]
+    assert "all 3 seeds: " in res.out and "the mean of 3 tasks' unbiased rates" in res.out and "Wilson" not in res.out

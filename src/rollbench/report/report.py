@@ -116,9 +116,12 @@ def _seeds(run: Run) -> Iterator[str]:
             for b in per_seed]
     yield table(("seed", "episodes", "success", "95% CI"), rows)
     rate, ci = across.get("pc_success"), across.get("pc_success_ci95")
-    if rate is not None and ci:
+    of = across.get("pc_success_of")
+    if rate is not None and ci and (of is None or "Wilson" in of):
         yield (f'<p>All {across.get("n_seeds")} seeds pooled: <b>{rate:.1f}%</b>, 95% CI {ci[0]:.1f}–{ci[1]:.1f} '
                "(Wilson, every seed's episodes; the tables above pool them too).</p>")
+    elif rate is not None and ci:  # an adaptive run: the mean of its tasks' rates
+        yield f'<p>All {across.get("n_seeds")} seeds: <b>{rate:.1f}%</b>, 95% CI {ci[0]:.1f}–{ci[1]:.1f} ({esc(of)}).</p>'
     std, noise = across.get("pc_success_std"), across.get("pc_success_std_from_noise")
     if std is not None:
         beside = f"; episode noise alone would give about {noise:.1f}" if noise is not None else ""

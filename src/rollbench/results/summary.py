@@ -197,6 +197,8 @@ def seed_results(body: dict[str, Any], merged: Merged, seeds: Sequence[int], n_e
         "seeds": list(seeds), "n_seeds": len(rates),
         # the headline: every seed's episodes pooled, with the Wilson interval of `overall`
         "pc_success": pooled["pc_success"], "pc_success_ci95": pooled["pc_success_ci95"],
+        # an adaptive run's `overall` is the mean of its tasks' rates, with a normal interval
+        "pc_success_of": pooled.get("pc_success_of", "every seed's episodes pooled, 95% Wilson"),
         # the spread of the seed blocks, shown as what it is, beside what noise alone gives
         "pc_success_mean": mean, "pc_success_std": std, "pc_success_std_from_noise": noise,
     }
@@ -254,7 +256,10 @@ def seed_line(info: dict[str, Any]) -> str:
     head = ""
     ci = across.get("pc_success_ci95")
     if across.get("pc_success") is not None and ci:
-        head = f"all {across['n_seeds']} seeds pooled: {across['pc_success']:.1f}% [{ci[0]:.1f}, {ci[1]:.1f}] (95% Wilson); "
+        rate = f"{across['pc_success']:.1f}% [{ci[0]:.1f}, {ci[1]:.1f}]"
+        of = across.get("pc_success_of")
+        head = (f"all {across['n_seeds']} seeds pooled: {rate} (95% Wilson); " if of is None or "Wilson" in of
+                else f"all {across['n_seeds']} seeds: {rate} (95%, {of}); ")
     spread = ""
     if across.get("pc_success_std") is not None:
         spread = f"; spread across seeds: sd {across['pc_success_std']:.1f} points"
