@@ -98,16 +98,16 @@ class EvalInfo:
 def build(
     merged: Merged, cfg: RunConfig, root: Path, how: ExecutionFacts,
     command: list[str] | None = None, this_run_s: float | None = None,
-    stopped: tuple[adaptive.Rule, adaptive.Applied] | None = None,
+    stopping: tuple[adaptive.Rule, adaptive.Applied] | None = None,
 ) -> EvalInfo:
-    """`stopped`: an adaptive run's stop rule and what it counts of `merged` (`adaptive.apply`)."""
+    """`stopping`: an adaptive run's stop rule and what it counts of `merged` (`adaptive.apply`)."""
     descriptions = {u.task: cfg.env.task_description(u.task) for u in merged.plan}
-    if stopped is None:
+    if stopping is None:
         body = summarize(merged, descriptions, root)
     else:
-        body = _adaptive_body(*stopped, merged, descriptions, root)
+        body = _adaptive_body(*stopping, merged, descriptions, root)
     if len(cfg.seeds) > 1:  # of what counts: an adaptive run's prefixes
-        seed_results(body, merged if stopped is None else stopped[1].merged, cfg.seeds, cfg.eval.n_episodes)
+        seed_results(body, merged if stopping is None else stopping[1].merged, cfg.seeds, cfg.eval.n_episodes)
     return EvalInfo(body, cfg.to_dict(), versions(cfg), how, command, this_run_s)
 
 
