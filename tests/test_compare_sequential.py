@@ -4,14 +4,23 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conftest import per_episode, run_subprocess
+from conftest import REPO, CliResult, load_info, per_episode, run_subprocess, subprocess_env
 from rollbench.report.sequential import fixed_budget_test, sequential_tasks
-from rollbench.results import stopped
+from rollbench.results import stopped, store
+from rollbench.results.log import EPISODES_DIR
+from rollbench.results.store import MANIFEST
 from rollbench.results.summary import wilson
 
 BASE = ("eval", "--env.type=fake", "--policy.type=expert", "--eval.n_episodes=40", "--eval.report=false")
@@ -148,25 +157,83 @@ def test_a_run_against_a_finished_baseline_stops_at_the_decision(fixed60, tmp_pa
     assert "<h2>Sequential comparison</h2>" in page and page.count("<td>worse</td>") == 3
 
 
+def race(tmp_path: Path, run_a: Callable[..., Any], *a_flags: str, sleep: str = "0.002") -> tuple[Any, Any]:
+    """B (the noisy expert, one worker) and A (the expert, `a_flags`, run by `run_a`) started
+    together, each `--eval.versus=` the other; their CliResults (A's, B's)."""
+    b_args = (*VERSUS, f"--env.step_sleep_s={sleep}", "--eval.max_episodes_rendered=0", "--workers=1",
+              "--policy.action_noise=3.0", f"--eval.versus={tmp_path / 'a'}", f"--output_dir={tmp_path / 'b'}")
+    proc = subprocess.Popen([sys.executable, "-m", "rollbench", *b_args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=REPO)
+    try:
+        a = run_a(*VERSUS, f"--env.step_sleep_s={sleep}", "--eval.max_episodes_rendered=0", *a_flags,
+                  f"--eval.versus={tmp_path / 'b'}", f"--output_dir={tmp_path / 'a'}")
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    return a, CliResult(proc.returncode, out, err)
+
+
 def test_two_runs_started_together_against_each_other_stop_at_the_same_decision(fixed60, tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    from conftest import REPO, subprocess_env
-
     a_fixed, b_fixed, stops = fixed60
-    slow = ("--env.step_sleep_s=0.002", "--eval.max_episodes_rendered=0")
-    proc = subprocess.Popen([sys.executable, "-m", "rollbench", *VERSUS, *slow, f"--eval.versus={tmp_path / 'b'}",
-                             f"--output_dir={tmp_path / 'a'}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=subprocess_env(), cwd=REPO)
-    res = run_subprocess(*VERSUS, *slow, "--policy.action_noise=3.0", f"--eval.versus={tmp_path / 'a'}",
-                         f"--output_dir={tmp_path / 'b'}")
-    out, err = proc.communicate(timeout=300)
-    assert res.rc == 0, res.err
-    assert proc.returncode == 0, err
-    assert "this run is 3 better" in out and "this run is 3 worse" in res.out
+    a, b = race(tmp_path, run_subprocess, "--workers=1", "--policy.action_noise=0")
+    assert a.rc == 0, a.err
+    assert b.rc == 0, b.err
+    assert "this run is 3 better" in a.out and "this run is 3 worse" in b.out
     assert per_episode(tmp_path / "a") == _prefix(per_episode(a_fixed), stops)
     assert per_episode(tmp_path / "b") == _prefix(per_episode(b_fixed), stops)
+
+
+def check_paced(tmp_path: Path, a: Any, b: Any, fixed60: tuple[Path, Path, dict[int, int]], in_flight: int) -> None:
+    """A, faster than B, waited for B: every task decided at the fixed runs' decision, and
+    at most one block (10) plus what A had in flight ran past it (unpaced, A ran every task to
+    60 and left one undecided, with 40 episodes past each stop)."""
+    a_fixed, b_fixed, stops = fixed60
+    assert a.rc == 0, a.err
+    assert b.rc == 0, b.err
+    assert "this run is 3 better" in a.out and "this run is 3 worse" in b.out
+    assert per_episode(tmp_path / "a") == _prefix(per_episode(a_fixed), stops)
+    assert per_episode(tmp_path / "b") == _prefix(per_episode(b_fixed), stops)
+    for task in load_info(tmp_path / "a")["per_task"]:
+        assert task["stop"]["reason"] == "better"
+        assert task["stop"]["ran_past_stop"] <= 10 + in_flight, task["stop"]
+
+
+@pytest.mark.parametrize("flags, in_flight", [
+    (("--eval.mode=continuous", "--workers=2"), 4),  # 2 workers x 1 slot, one unit prefetched each
+    (("--eval.mode=continuous", "--workers=2", "--policy.placement=driver"), 4),
+    (("--eval.mode=lockstep",), 0),
+    (("--eval.mode=lockstep", "--eval.isolation=none"), 0),
+])
+def test_the_faster_of_two_runs_against_each_other_waits_for_the_decision(fixed60, tmp_path: Path, flags, in_flight) -> None:
+    # B fails most episodes (20 steps each, 5 ms a step) on one worker: A is faster
+    a, b = race(tmp_path, run_subprocess, *flags, sleep="0.005")
+    check_paced(tmp_path, a, b, fixed60, in_flight)
+
+
+def test_a_run_is_paced_only_against_one_that_still_writes(tmp_path: Path) -> None:
+    """`store.is_running`: a writer of this machine by its process, one of another machine (or
+    a reused pid) by its log's age, a run that has no log yet by its run.json's age."""
+    out = tmp_path / "run"
+    (out / EPISODES_DIR).mkdir(parents=True)
+    assert not store.is_running(out)  # nothing there
+    (out / MANIFEST).write_text("{}")
+    assert store.is_running(out)  # starting: its policy loads
+    old = time.time() - store.STARTING_S - 1
+    os.utime(out / MANIFEST, (old, old))
+    assert not store.is_running(out)  # it never opened its log
+    host = socket.gethostname().split(".")[0]
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    log = out / EPISODES_DIR / f"shard0of1-{host}-{dead.stdout.strip()}.jsonl"
+    log.write_text("")
+    assert not store.is_running(out)  # its writer is gone (killed, or finished)
+    mine = out / EPISODES_DIR / f"shard0of1-{host}-{os.getpid()}.jsonl"
+    mine.write_text("")
+    assert store.is_running(out)
+    stale = time.time() - store.QUIET_S - 1
+    os.utime(mine, (stale, stale))
+    assert not store.is_running(out)  # alive, but silent too long (a reused pid)
+    (out / EPISODES_DIR / "shard1of2-another-host-1.jsonl").write_text("")
+    assert store.is_running(out)  # another machine's writer: its log is fresh
 
 
 @pytest.mark.parametrize("flags, needle", [

@@ -296,3 +296,22 @@ def test_a_recorded_ray_run_gives_the_local_runs_dataset(cli, cluster, tmp_path:
     res = cli(*FAKE, "--executor=ray", f"--output_dir={tmp_path / 'ray'}")
     assert res.rc == 0, res.err
     assert_same_dataset(tmp_path / "local", tmp_path / "ray")
+
+
+def test_a_ray_run_against_a_slower_run_waits_for_the_decision(cli, cluster, tmp_path: Path) -> None:
+    """--eval.versus's pacing in Ray's own loop: the units more than a block ahead of the
+    other run are not sent until it catches up (tests/test_compare_sequential.py: locally)."""
+    from test_compare_sequential import check_paced, race
+
+    fixed60 = _fixed60(tmp_path / "fixed")
+    a, b = race(tmp_path, cli, "--executor=ray", "--ray.actors=2", "--ray.units_per_call=2", sleep="0.005")
+    check_paced(tmp_path, a, b, fixed60, in_flight=2 * 2 * 2)  # 2 actors, 2 calls each in flight, 2 units a call
+
+
+def _fixed60(root: Path) -> tuple[Path, Path, dict[int, int]]:
+    from test_compare_sequential import VERSUS, _decided_stops
+
+    for name, noise in (("a", "0"), ("b", "3.0")):
+        res = run_subprocess(*VERSUS, f"--policy.action_noise={noise}", f"--output_dir={root / name}")
+        assert res.rc == 0, res.err
+    return root / "a", root / "b", _decided_stops(root / "a", root / "b")

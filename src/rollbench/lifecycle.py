@@ -378,9 +378,7 @@ class _Peers:
         changed = False
         for rec in self.tail.new_records() if self.tail is not None else ():
             changed |= self.stops.observe(rec)
-        for key in self.stops.rule.refresh():
-            changed |= self.stops.redecide(key)
-        return changed
+        return self.stops.refresh() or changed
 
 
 def _close(records: Iterator[EpisodeRecord]) -> None:

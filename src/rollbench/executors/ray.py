@@ -48,7 +48,7 @@ from rollbench.plan import EpisodeUnit
 from rollbench.rendering import choose_backend
 from rollbench.results.eval_info import ExecutionFacts
 from rollbench.results.records import EpisodeRecord
-from rollbench.scheduler.common import StepContext
+from rollbench.scheduler.common import HELD_POLL_S, StepContext
 from rollbench.scheduler.continuous import UnitQueue
 from rollbench.scheduler.decide import decide_mode, decide_placement, default_slots, video_plan
 from rollbench.scheduler.pool import retry_or_fail
@@ -287,10 +287,15 @@ class RayExecutor(Executor):
         def give_up_or_retry(unit: EpisodeUnit, attempt: int, error: str, worker: str) -> Iterator[EpisodeRecord]:
             return retry_or_fail(unit, attempt, max_retries, error, worker, queue.retry)
 
+        stops = run.stops
+        ready = stops.ready if stops is not None and stops.paces else None  # held back: not yet
         while len(queue) or suspects or inflight:
-            if run.stops is not None:  # an adaptive run's task stopped: its calls in flight finish, unlogged
-                queue.keep(run.stops.wanted)
-                suspects = [s for s in suspects if run.stops.wanted(s[0])]
+            if stops is not None:  # an adaptive run's task stopped: its calls in flight finish, unlogged
+                if ready is not None and not inflight and len(queue) and not suspects:
+                    time.sleep(HELD_POLL_S)  # every unit left is held back (pacing): look again
+                    stops.refresh()
+                queue.keep(stops.wanted)
+                suspects = [s for s in suspects if stops.wanted(s[0])]
             # round-robin, one call per actor per pass, so the first calls spread over all actors
             for level in range(1, IN_FLIGHT + 1):
                 for a in self.actors:
@@ -303,16 +308,21 @@ class RayExecutor(Executor):
                     else:
                         batch, alone = [], False
                         while len(batch) < p.units_per_call and len(queue):
-                            item = queue.take(a.last_task)
-                            assert item is not None
+                            item = queue.take(a.last_task, ready=ready)
+                            if item is None:
+                                break  # the rest is held back
                             batch.append(item)
                             a.last_task = item[0].task
+                        if not batch:
+                            continue
                     inflight[a.handle.run.remote(batch)] = (a, batch, alone)
                     a.calls += 1
                     a.holds_suspect = alone
-            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
+            if not inflight:
+                continue  # all that is left is held back
+            done, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
             self._watch()
-            for ref in ready:
+            for ref in done:
                 a, batch, alone = inflight.pop(ref)
                 a.calls -= 1
                 a.holds_suspect = False

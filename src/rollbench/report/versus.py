@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Mapping
@@ -27,19 +28,27 @@ from rollbench.report import sequential
 from rollbench.results.adaptive import TaskKey, TaskStop
 from rollbench.results.log import LogTail
 from rollbench.results.records import EpisodeRecord
-from rollbench.results.store import MANIFEST
+from rollbench.results.store import MANIFEST, is_running
 
 log = logging.getLogger(__name__)
 
 
 class VersusRule:
     def __init__(self, other: Path, identity: Mapping[str, Any], alpha: float, margin: float, block: int,
-                 max_episodes: int, n_tasks: int) -> None:
+                 max_episodes: int, n_tasks: int, here: Path | None = None) -> None:
         self.other_dir = other
         self.alpha, self.margin, self.block, self.n_tasks = alpha, margin, block, n_tasks
         self._max = max_episodes
-        self.other_max = _check_other(other, identity)
+        theirs = _check_other(other, identity)
+        self.other_max = int(theirs["identity"]["n_episodes"])
         self.other: dict[TaskKey, dict[int, bool | None]] = defaultdict(dict)
+        self._prefix: dict[TaskKey, int] = defaultdict(int)  # the other run's finished prefix, per task
+        self._changed: set[TaskKey] = set()
+        self._lock = threading.Lock()  # `ready` is asked from lockstep's task threads too
+        self._read_at = self._live_at = float("-inf")
+        self._live = True
+        self.paces = here is not None and _runs_to_its_stop(theirs.get("config") or {}, here)
+        self._held = False
         self.tail = LogTail(other)
         self.refresh()
 
@@ -55,21 +64,53 @@ class VersusRule:
                 "max_episodes": self._max}
 
     def refresh(self) -> list[TaskKey]:
-        """Read what the other run logged since the last call; the tasks it changed."""
-        changed = set()
-        for rec in self.tail.new_records():
-            changed.add(self._take(rec))
+        """Read what the other run logged since the last call; the tasks it changed (also
+        those a `ready` call read in between)."""
+        with self._lock:
+            self._read()
+            changed, self._changed = self._changed, set()
         return sorted(changed)
+
+    def _read(self) -> None:
+        self._read_at = time.monotonic()
+        for rec in self.tail.new_records():
+            self._changed.add(self._take(rec))
 
     def _take(self, rec: EpisodeRecord) -> TaskKey:
         key = (rec.task_group, rec.task_id)
         have = self.other[key]
         if rec.ok or have.get(rec.episode_index) is None:
             have[rec.episode_index] = rec.success if rec.ok else None
+        while self._prefix[key] in have:
+            self._prefix[key] += 1
         return key
 
+    def ready(self, key: TaskKey, position: int) -> bool:
+        """Pacing, when both runs go at once: an episode more than one block (`--eval.ci_block`)
+        ahead of the other run's finished prefix of the task waits, while that run is alive
+        and heading for its stop. A decision needs both runs' prefixes, so without it the
+        faster run would run on past the decision and throw those episodes away; with it, each
+        run goes at most a block (plus what is in flight) past the decision."""
+        if not self.paces:
+            return True
+        with self._lock:
+            now = time.monotonic()
+            if now - self._read_at >= READ_EVERY_S:
+                self._read()
+            if now - self._live_at >= LIVE_EVERY_S:
+                self._live_at, self._live = now, is_running(self.other_dir)
+            have = self._prefix[key]
+            if not self._live or have >= min(self._max, self.other_max) or position < have + self.block:
+                return True
+            if not self._held:
+                self._held = True
+                log.info("--eval.versus: episodes more than %d ahead of %s wait for it (pacing; "
+                         "they start as it goes on, or when it stops)", self.block, self.other_dir)
+            return False
+
     def decide(self, key: TaskKey, outcomes: Mapping[int, bool | None]) -> TaskStop:
-        a = self.other[key]
+        with self._lock:
+            a = dict(self.other[key])
         reach = min(self._max, self.other_max)  # pairs exist only where both runs have episodes
         n = 0
         while n < reach and n in a and n in outcomes:
@@ -98,10 +139,30 @@ class VersusRule:
 
 #: two runs started together, each against the other: how long one waits for the other's run.json
 WAIT_FOR_OTHER_S = 60.0
+#: pacing: how often the other run's log is read, and asked whether it still runs (a few stat calls)
+READ_EVERY_S = 0.2
+LIVE_EVERY_S = 2.0
 
 
-def _check_other(other: Path, identity: Mapping[str, Any]) -> int:
-    """The other run's --eval.n_episodes, once it is known to pair with this one."""
+def _runs_to_its_stop(config: Mapping[str, Any], here: Path) -> bool:
+    """Whether the other run's prefixes grow until our decision: it runs every episode (no
+    stop rule), or it stops on the same comparison against this run. Any other rule (its own
+    --eval.ci_width, a comparison with a third run) may stop a task of it early, and this run
+    would then wait for episodes that never come: it is not paced against such a run."""
+    ev = config.get("eval") or {}
+    if ev.get("ci_width") is not None:
+        return False
+    theirs = ev.get("versus")
+    if theirs is None:
+        return True
+    try:
+        return Path(theirs).resolve() == here.resolve()
+    except OSError:
+        return False
+
+
+def _check_other(other: Path, identity: Mapping[str, Any]) -> dict[str, Any]:
+    """The other run's run.json, once it is known to pair with this one."""
     flag = f"--eval.versus={str(other)!r}"
     deadline = time.monotonic() + WAIT_FOR_OTHER_S
     if not (other / MANIFEST).exists():
@@ -109,7 +170,8 @@ def _check_other(other: Path, identity: Mapping[str, Any]) -> int:
     while not (other / MANIFEST).exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     try:
-        theirs = json.loads((other / MANIFEST).read_text())["identity"]
+        manifest = json.loads((other / MANIFEST).read_text())
+        theirs = manifest["identity"]
     except FileNotFoundError:
         raise ConfigError(f"{flag}: no {MANIFEST} there after {WAIT_FOR_OTHER_S:.0f} s; name the --output_dir of a "
                           f"rollbench eval run (started, running or finished)") from None
@@ -123,7 +185,7 @@ def _check_other(other: Path, identity: Mapping[str, Any]) -> int:
             )
     if theirs.get("policy") == identity.get("policy"):
         raise ConfigError(f"{flag} ran the same policy; compare two different ones")
-    return int(theirs["n_episodes"])
+    return dict(manifest)
 
 
 def precheck(cfg: Any) -> None:
@@ -139,4 +201,4 @@ def versus_rule(cfg: Any) -> VersusRule:
     ev = cfg.eval
     n_tasks = sum(len(names) for names in cfg.env.tasks().values())
     return VersusRule(Path(ev.versus), cfg.identity(), ev.versus_alpha, ev.versus_margin, ev.ci_block,
-                      ev.n_episodes, n_tasks)
+                      ev.n_episodes, n_tasks, Path(cfg.output_dir))

@@ -5,7 +5,9 @@
                      │                      prefix has finished with a 95% Wilson interval
                      │                      at most ci_width wide; else n_episodes)
                      ├──▶ the lifecycle logs no record past its task's stop
-                     └──▶ schedulers drop, or cancel, the units past it (`wanted`)
+                     ├──▶ schedulers drop, or cancel, the units past it (`wanted`)
+                     └──▶ ... and start no unit the rule holds back yet (`ready`: a
+                          comparison's run does not run far ahead of the other run)
     close: apply(merged) ──▶ only each task's prefix counts; why it stopped, what it saved
 
 The decision is a function of the per-episode results of whole prefixes of episode
@@ -25,6 +27,7 @@ gives the rule-aware unbiased rate and exact interval that eval_info reports.
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -74,6 +77,17 @@ class Rule(Protocol):
         """Read what the rule's outside sources (another run) added; the tasks to decide again."""
         ...
 
+    @property
+    def paces(self) -> bool:
+        """Whether `ready` may ever say no (schedulers skip asking otherwise)."""
+        ...
+
+    def ready(self, key: TaskKey, position: int) -> bool:
+        """Whether the episode at `position` of `key`'s prefix may start now: a comparison
+        holds back what would run far ahead of the other run (report/versus.py). Safe to
+        call from several threads; it changes no decision, only when units start."""
+        ...
+
     def to_json(self) -> dict[str, Any]: ...
 
 
@@ -113,6 +127,11 @@ class StopRule:
     def refresh(self) -> list[TaskKey]:
         return []  # a function of this run's episodes alone
 
+    paces = False
+
+    def ready(self, key: TaskKey, position: int) -> bool:
+        return True
+
 
 def width(k: int, n: int) -> float | None:
     ci = wilson(k, n)
@@ -151,6 +170,8 @@ class Stops:
 
     def __init__(self, rule: Rule, records: Iterable[EpisodeRecord] = ()) -> None:
         self.rule = rule
+        # the lifecycle observes; a lockstep task thread held back by pacing refreshes
+        self._lock = threading.RLock()
         self.outcomes: dict[TaskKey, dict[int, bool | None]] = defaultdict(dict)
         self.cutoffs: dict[TaskKey, int] = {}
         self.version = 0
@@ -160,25 +181,44 @@ class Stops:
     def observe(self, rec: EpisodeRecord) -> bool:
         """Take one finished unit; True when it decided its task's stop."""
         key = (rec.task_group, rec.task_id)
-        if key in self.cutoffs:
-            return False
-        seen = self.outcomes[key]
-        at = self.rule.position(rec.episode_index)
-        if at in seen and (seen[at] is not None or not rec.ok):
-            return False  # a duplicate, or a failure of a unit that has finished
-        seen[at] = rec.success if rec.ok else None
-        return self.redecide(key)
+        with self._lock:
+            if key in self.cutoffs:
+                return False
+            seen = self.outcomes[key]
+            at = self.rule.position(rec.episode_index)
+            if at in seen and (seen[at] is not None or not rec.ok):
+                return False  # a duplicate, or a failure of a unit that has finished
+            seen[at] = rec.success if rec.ok else None
+            return self.redecide(key)
 
     def redecide(self, key: TaskKey) -> bool:
         """Ask the rule again about `key` (its own episodes, or the other run's, changed)."""
-        if key in self.cutoffs:
-            return False
-        stop = self.rule.decide(key, self.outcomes[key])
-        if stop.n_episodes is None:
-            return False
-        self.cutoffs[key] = stop.n_episodes
-        self.version += 1
-        return True
+        with self._lock:
+            if key in self.cutoffs:
+                return False
+            stop = self.rule.decide(key, self.outcomes[key])
+            if stop.n_episodes is None:
+                return False
+            self.cutoffs[key] = stop.n_episodes
+            self.version += 1
+            return True
+
+    def refresh(self) -> bool:
+        """Read the rule's outside sources and decide again what they changed; True when a
+        task's stop was decided."""
+        with self._lock:
+            changed = False
+            for key in self.rule.refresh():
+                changed |= self.redecide(key)
+            return changed
+
+    @property
+    def paces(self) -> bool:
+        return self.rule.paces
+
+    def ready(self, unit: EpisodeUnit) -> bool:
+        """Whether a wanted unit may start now (`Rule.ready`); a unit held back stays wanted."""
+        return self.rule.ready((unit.task_group, unit.task_id), self.rule.position(unit.episode_index))
 
     def wanted(self, unit: EpisodeUnit | EpisodeRecord) -> bool:
         """Whether the unit still counts: its task has not stopped before its index."""

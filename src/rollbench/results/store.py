@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rollbench.errors import ConfigError
-from rollbench.results.log import EPISODES_DIR
+from rollbench.results.log import EPISODES_DIR, log_files
 
 MANIFEST = "run.json"
 #: --eval.* fields of an adaptive run's stop rule: no part of its identity, but `merge` reads them
@@ -27,6 +27,39 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+#: a run whose episode log has not grown for this long is taken to be gone (a writer on another
+#: machine, whose process cannot be asked; or a pid reused after a crash)
+QUIET_S = 600.0
+#: a run that wrote its run.json but no episode log yet (its policy is loading) counts this long
+STARTING_S = 120.0
+
+
+def is_running(output_dir: Path) -> bool:
+    """Whether a run probably still writes episodes into `output_dir`: some writer of its
+    episode log (`episodes/shard<i>of<n>-<host>-<pid>.jsonl`) wrote in the last `QUIET_S`
+    and, on this machine, its process is alive; or, before any log exists, its run.json is
+    younger than `STARTING_S`. A wrong "yes" costs a wait of at most `QUIET_S`; a wrong "no"
+    only lets a comparison's run go ahead of it (`report/versus.py`)."""
+    now = time.time()
+    host = socket.gethostname().split(".")[0] or "host"
+    files = log_files(output_dir)
+    for path in files:
+        try:
+            if now - path.stat().st_mtime > QUIET_S:
+                continue
+        except OSError:
+            continue
+        where, _, pid = path.stem.partition("-")[2].rpartition("-")
+        if where != host or not pid.isdigit() or pid_alive(int(pid)):
+            return True
+    if files:
+        return False
+    try:
+        return now - (output_dir / MANIFEST).stat().st_mtime < STARTING_S
+    except OSError:
+        return False
 
 
 def sweep_partial_videos(output_dir: Path) -> int:

@@ -17,6 +17,9 @@ from rollbench.errors import ConfigError, EpisodesLost, PolicyError
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext, check_actions, make_policy
 
+#: how often a scheduler whose every unit left is held back (`Stops.ready`: pacing) looks again
+HELD_POLL_S = 0.2
+
 
 def cpu_count() -> int:
     """CPU cores this process may run on (its affinity mask)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -30,7 +31,7 @@ from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
 from rollbench.results.adaptive import Stops
 from rollbench.results.records import EpisodeRecord
-from rollbench.scheduler.common import StepContext, act_surviving, cpu_count, driver_threads
+from rollbench.scheduler.common import HELD_POLL_S, StepContext, act_surviving, cpu_count, driver_threads
 from rollbench.scheduler.pool import PoolOptions, WorkerHandle, WorkerPool, flat_layout, retry_or_fail
 from rollbench.scheduler.shm import stack_any
 from rollbench.scheduler.worker import Report, SlotError
@@ -50,19 +51,32 @@ class UnitQueue:
     def __len__(self) -> int:
         return self.n
 
-    def take(self, prefer: str | None, avoid: set[str] | frozenset[str] = frozenset()) -> tuple[EpisodeUnit, int] | None:
-        """The next unit for a slot.
+    def take(
+        self, prefer: str | None, avoid: set[str] | frozenset[str] = frozenset(),
+        ready: Callable[[EpisodeUnit], bool] | None = None,
+    ) -> tuple[EpisodeUnit, int] | None:
+        """The next unit for a slot; None when none is left, or none is `ready` to start.
 
         Task affinity: a unit of `prefer` (the task whose env the slot already holds) while
         any is left; otherwise the biggest task nobody else is on (`avoid`), so that each
         task's env gets built in as few workers as possible; otherwise the biggest task.
+        `ready` (an adaptive comparison's pacing) is asked of each task's next unit only: a
+        task's units come in the order of its prefix, so one held back holds those after it.
         """
         if not self.n:
             return None
+
+        def open_(d: deque[tuple[EpisodeUnit, int]] | None) -> bool:
+            return d is not None and bool(d) and (ready is None or ready(d[0][0]))
+
         q = self.by_task.get(prefer) if prefer is not None else None
-        if not q:
-            fresh = [d for t, d in self.by_task.items() if d and t not in avoid]
-            q = max(fresh or self.by_task.values(), key=len)
+        if not open_(q):
+            candidates = [(t, d) for t, d in self.by_task.items() if open_(d)]
+            if not candidates:
+                return None
+            fresh = [d for t, d in candidates if t not in avoid]
+            q = max(fresh or [d for _, d in candidates], key=len)
+        assert q is not None
         self.n -= 1
         return q.popleft()
 
@@ -107,6 +121,8 @@ class ContinuousScheduler(WorkerPool):
         self.open_tasks = {u.task for u in units}
         self.stops = stops
         self.stops_seen = stops.version if stops is not None else 0
+        self.ready = stops.ready if stops is not None and stops.paces else None  # held back: not yet
+        self.held_at = float("-inf")
         self.cancelling: set[Any] = set()  # unit keys a cancel was sent for
 
     # -- bookkeeping -----------------------------------------------------------------
@@ -133,7 +149,7 @@ class ContinuousScheduler(WorkerPool):
     def _take_into(self, w: WorkerHandle, i: int, busy_elsewhere: set[str]) -> tuple[Any, ...] | None:
         """Queue the next unit for w's slot i (task affinity); the `assign` entry, or None."""
         q = w.slots[i]
-        item = self.queue.take(q[-1][0].task if q else w.last_task[i], busy_elsewhere)
+        item = self.queue.take(q[-1][0].task if q else w.last_task[i], busy_elsewhere, self.ready)
         if item is None:
             return None
         q.append(item)
@@ -153,8 +169,8 @@ class ContinuousScheduler(WorkerPool):
                 for w in self.workers:
                     if len(w.slots[i]) < level and len(self.queue):
                         item = self._take_into(w, i, self._busy_elsewhere(w))
-                        assert item is not None
-                        assigned[w.index].append(item)
+                        if item is not None:  # None: the rest is held back (`self.ready`)
+                            assigned[w.index].append(item)
         for w in self.workers:
             if assigned[w.index]:
                 self.send(w, ("assign", assigned[w.index]))
@@ -238,6 +254,19 @@ class ContinuousScheduler(WorkerPool):
     def _done(self) -> bool:
         return not len(self.queue) and not any(w.busy() for w in self.workers)
 
+    def _held(self) -> bool:
+        """Units wait that `ready` held back (pacing): read the rule's sources again (a
+        decision there cancels units here), and give idle slots what may start now."""
+        if self.ready is None or not len(self.queue):
+            return False
+        now = time.monotonic()
+        if now - self.held_at >= HELD_POLL_S:
+            self.held_at = now
+            assert self.stops is not None
+            self.stops.refresh()
+            self._prune()
+        return True
+
     # -- the two driving loops -------------------------------------------------------
     def run(self) -> Iterator[EpisodeRecord]:
         try:
@@ -263,6 +292,9 @@ class ContinuousScheduler(WorkerPool):
                     w = self.workers[w.index]
                 self._prune()
                 self._fill(w)
+            if self._held():
+                for w in self.workers:
+                    self._fill(w)
 
     def _run_driver_placement(self) -> Iterator[EpisodeRecord]:
         n = len(self.workers)
@@ -274,6 +306,10 @@ class ContinuousScheduler(WorkerPool):
             for group in groups:
                 yield from self._collect(group)
                 self._infer_and_send([self.workers[i] for i in group])
+            if not any(w.inflight for w in self.workers) and self._held():
+                time.sleep(HELD_POLL_S)  # every unit left is held back: nothing steps, nothing to wait on
+                for w in self.workers:
+                    self._send_step(w, {})
 
     def _send_step(self, w: WorkerHandle, actions: dict[int, Any]) -> None:
         self._prune()

@@ -23,6 +23,7 @@ import itertools
 import os
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from rollbench.results.adaptive import Stops
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.video import VideoRecorder
 from rollbench.rollout import EpisodeTracker, VideoPlan, grab_frame, split_vector_info
-from rollbench.scheduler.common import StepContext, take_row
+from rollbench.scheduler.common import HELD_POLL_S, StepContext, take_row
 from rollbench.scheduler.pool import PoolOptions, WorkerHandle, WorkerPool, flat_layout, retry_or_fail
 from rollbench.scheduler.shm import stack_any
 from rollbench.scheduler.worker import SlotError
@@ -127,6 +128,20 @@ class _Recording:
         return frames
 
 
+def _startable(stops: Stops | None, head: list[EpisodeUnit]) -> int | None:
+    """How many of a task's next units (`head`, in the order of its prefix) the next batch may
+    take: all of them, or those an adaptive comparison's pacing lets start (`Stops.ready`). None
+    after a short wait when it holds them all: the caller looks again (a stop may have come)."""
+    if stops is None or not stops.paces:
+        return len(head)
+    n = next((i for i, u in enumerate(head) if not stops.ready(u)), len(head))
+    if n == 0 and head:
+        time.sleep(HELD_POLL_S)
+        stops.refresh()  # the other run's episodes may have decided the task: then they go
+        return None
+    return n
+
+
 @dataclass
 class _Lockstep:
     ctx: StepContext
@@ -166,7 +181,10 @@ class _Lockstep:
                     return
                 if self.stops is not None:  # the batches before may have stopped the task
                     left = [u for u in left if self.stops.wanted(u)]
-                chunk, left = left[:n_envs], left[n_envs:]
+                n = _startable(self.stops, left[:n_envs])
+                if n is None:
+                    continue
+                chunk, left = left[:n], left[n:]
                 if chunk:
                     yield from self.batch(policy, vec, chunk, n_envs, slot_base)
         finally:
@@ -295,7 +313,10 @@ class LockstepPool(WorkerPool):
                 todo = deque(item for item in todo if self.stops.wanted(item[0]))
                 if not todo:
                     break
-            chunk = [todo.popleft() for _ in range(min(n_envs, len(todo)))]
+            n = _startable(self.stops, [u for u, _ in itertools.islice(todo, n_envs)])
+            if n is None:
+                continue
+            chunk = [todo.popleft() for _ in range(n)]
             again: list[tuple[EpisodeUnit, int]] = []
             yield from self._batch(policy, chunk, n_envs, slot_base, again)
             todo.extend(again)
