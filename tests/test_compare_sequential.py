@@ -157,6 +157,34 @@ def test_a_run_against_a_finished_baseline_stops_at_the_decision(fixed60, tmp_pa
     assert "<h2>Sequential comparison</h2>" in page and page.count("<td>worse</td>") == 3
 
 
+def test_the_fixed_budget_design_stops_a_run_at_the_group_sequential_decision(fixed60, tmp_path: Path) -> None:
+    """--eval.versus_design=fixed: each task stops where the exact group-sequential test, with
+    --eval.n_episodes as its budget, decides on the paired episodes (no e-value: null)."""
+    a, b_fixed, _ = fixed60
+    ea, eb = per_episode(a), per_episode(b_fixed)
+    stops = {}
+    for t in range(3):
+        r = fixed_budget_test([ea[("all", t, i)][0] for i in range(60)], [eb[("all", t, i)][0] for i in range(60)],
+                              60, 0.05 / 3, 10)
+        assert r.decision == "worse"
+        stops[t] = r.n_pairs
+    res = run_subprocess(*VERSUS, "--policy.action_noise=3.0", f"--eval.versus={a}", "--eval.versus_design=fixed",
+                         f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    assert "--eval.versus, the fixed-budget design" in res.out and "this run is 3 worse" in res.out
+    assert per_episode(tmp_path) == _prefix(eb, stops)
+    info = load_info(tmp_path)
+    assert info["adaptive"]["design"] == "fixed"
+    for task in info["per_task"]:
+        v = task["stop"]["versus"]
+        assert task["stop"]["reason"] == "worse" and v["e_value"] is None and v["interval"][1] < 0
+    assert run_subprocess("report", str(tmp_path)).rc == 0
+    page = (tmp_path / "report.html").read_text()
+    assert "exact group-sequential test with a budget of 60 episodes" in page and page.count("<td>worse</td>") == 3
+    res = run_subprocess(*VERSUS, "--eval.versus_design=maybe", f"--eval.versus={a}", f"--output_dir={tmp_path / 'x'}")
+    assert res.rc == 2 and "--eval.versus_design='maybe' is not allowed; use anytime or fixed" in res.err
+
+
 def race(tmp_path: Path, run_a: Callable[..., Any], *a_flags: str, sleep: str = "0.002") -> tuple[Any, Any]:
     """B (the noisy expert, one worker) and A (the expert, `a_flags`, run by `run_a`) started
     together, each `--eval.versus=` the other; their CliResults (A's, B's)."""

@@ -291,7 +291,8 @@ def adaptive_line(a: dict[str, Any], n_tasks: int, per_task: list[dict[str, Any]
     if "versus" in a:
         decided = [t["stop"]["reason"] for t in per_task or [] if t["stop"]["reason"] in ("better", "worse", "equivalent")]
         counts = ", ".join(f"{decided.count(d)} {d}" for d in ("better", "worse", "equivalent") if d in decided)
-        line = (f"sequential comparison against {a['versus']} (--eval.versus, a look every {a['block']} episodes, "
+        design = ", the fixed-budget design" if a.get("design") == "fixed" else ""
+        line = (f"sequential comparison against {a['versus']} (--eval.versus{design}, a look every {a['block']} episodes, "
                 f"alpha {a['alpha']:g} over {n_tasks} tasks): this run is {counts or 'not decided on any task'}; "
                 f"{a['episodes_saved']} of {n_tasks * a['max_episodes']} episodes saved")
     else:

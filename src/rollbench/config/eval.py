@@ -29,6 +29,12 @@ class EvalConfig:
     )
     versus_alpha: float = opt(0.05, "--eval.versus: the test's level over all tasks (each task at alpha / tasks)")
     versus_margin: float = opt(0.05, "--eval.versus: equivalent when the difference of success rates is surely within this")
+    versus_design: str = opt(
+        "anytime",
+        "--eval.versus: anytime (a betting confidence sequence: better, worse or equivalent, valid at any stop) or "
+        "fixed (an exact group-sequential McNemar test with --eval.n_episodes as its budget: better or worse, the "
+        "power of a fixed-n test with fewer episodes; docs/compare.md)",
+    )
     batch_size: int | None = opt(
         None,
         "lockstep mode (lerobot-eval's meaning): envs of one task stepped together per batch "
@@ -106,6 +112,8 @@ class EvalConfig:
             raise ConfigError(f"{given} belongs to a recorded run; add --eval.recording=true")
         if self.versus is not None and self.ci_width is not None:
             raise ConfigError("--eval.versus and --eval.ci_width are two stop rules; give one of them")
+        if self.versus_design not in ("anytime", "fixed"):
+            raise ConfigError(f"--eval.versus_design={self.versus_design!r} is not allowed; use anytime or fixed")
         if not 0 < self.versus_alpha < 1:
             raise ConfigError(f"--eval.versus_alpha={self.versus_alpha} is not allowed; it must be between 0 and 1")
         if not 0 < self.versus_margin < 1:

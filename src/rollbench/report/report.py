@@ -159,9 +159,12 @@ def _adaptive(run: Run) -> Iterator[str]:
 
 def _versus(run: Run, a: dict[str, Any]) -> Iterator[str]:
     """--eval.versus: each task's sequential comparison against the other run, where it stopped."""
+    fixed = a.get("design") == "fixed"
+    test = (f"an exact group-sequential test with a budget of {a['max_episodes']} episodes" if fixed
+            else "an anytime-valid test")
     yield "<h2>Sequential comparison</h2>"
     yield (f'<p class="muted">Against {esc(a["versus"])}: each task stopped at the first look (every {a["block"]} '
-           f"episodes) where an anytime-valid test of this run against that one decided, at level "
+           f"episodes) where {test} of this run against that one decided, at level "
            f"{a['alpha']:g} over all tasks (docs/compare.md); {a['episodes_saved']} episodes saved.</p>")
     rows = []
     for t in run.info.get("per_task") or []:
@@ -170,8 +173,9 @@ def _versus(run: Run, a: dict[str, Any]) -> Iterator[str]:
         lo, hi = (v.get("interval") or [None, None])[:2]
         ci = "-" if lo is None else f"{100 * lo:+.1f} to {100 * hi:+.1f}"
         rows.append((t.get("task"), stop.get("reason"), f"{stop.get('n_episodes')} of {stop.get('max_episodes')}",
-                     f"{v.get('b_wins', '-')}/{v.get('n_discordant', '-')}", f"{v.get('e_value', 0):.3g}", ci))
-    yield table(("task", "decision", "episodes", "wins here / discordant", "e-value", "this − other, points (anytime)"), rows)
+                     f"{v.get('b_wins', '-')}/{v.get('n_discordant', '-')}", "-" if v.get("e_value") is None else f"{v['e_value']:.3g}", ci))
+    interval = "this − other, points (repeated 95% CI)" if fixed else "this − other, points (anytime)"
+    yield table(("task", "decision", "episodes", "wins here / discordant", "e-value", interval), rows)
 
 
 def _lengths(run: Run) -> Iterator[str]:

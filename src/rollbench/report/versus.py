@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections import defaultdict
@@ -35,9 +36,11 @@ log = logging.getLogger(__name__)
 
 class VersusRule:
     def __init__(self, other: Path, identity: Mapping[str, Any], alpha: float, margin: float, block: int,
-                 max_episodes: int, n_tasks: int, here: Path | None = None) -> None:
+                 max_episodes: int, n_tasks: int, here: Path | None = None,
+                 design: sequential.Design = "anytime") -> None:
         self.other_dir = other
         self.alpha, self.margin, self.block, self.n_tasks = alpha, margin, block, n_tasks
+        self.design = design
         self._max = max_episodes
         theirs = _check_other(other, identity)
         self.other_max = int(theirs["identity"]["n_episodes"])
@@ -47,7 +50,8 @@ class VersusRule:
         self._lock = threading.Lock()  # `ready` is asked from lockstep's task threads too
         self._read_at = self._live_at = float("-inf")
         self._live = True
-        self.paces = here is not None and _runs_to_its_stop(theirs.get("config") or {}, here)
+        test = {"versus_alpha": alpha, "versus_margin": margin, "ci_block": block, "versus_design": design}
+        self.paces = here is not None and _runs_to_its_stop(theirs.get("config") or {}, here, test)
         self._held = False
         self.tail = LogTail(other)
         self.refresh()
@@ -60,8 +64,11 @@ class VersusRule:
         return episode_index  # pairs in episode order (with --seeds: seed by seed)
 
     def to_json(self) -> dict[str, Any]:
-        return {"versus": str(self.other_dir), "alpha": self.alpha, "margin": self.margin, "block": self.block,
-                "max_episodes": self._max}
+        out = {"versus": str(self.other_dir), "alpha": self.alpha, "margin": self.margin, "block": self.block,
+               "max_episodes": self._max}
+        if self.design != "anytime":
+            out["design"] = self.design
+        return out
 
     def refresh(self) -> list[TaskKey]:
         """Read what the other run logged since the last call; the tasks it changed (also
@@ -122,10 +129,16 @@ class VersusRule:
                 xa.append(bool(a[i]))
                 xb.append(bool(outcomes[i]))
                 index.append(i)
-        result = sequential.sequential_test(xa, xb, self.alpha / self.n_tasks, self.margin, self.block)
+        level = self.alpha / self.n_tasks
+        if self.design == "fixed":  # the budget: every pair the two runs can have (failed units give none)
+            result = sequential.fixed_budget_test(xa, xb, max(1, reach), level, self.block)
+        else:
+            result = sequential.sequential_test(xa, xb, level, self.margin, self.block)
         details = {"versus": {
             "decision": result.decision, "n_pairs": result.n_pairs, "b_wins": result.b_wins,
-            "n_discordant": result.n_discordant, "e_value": result.e_value, "p_value": result.p_value,
+            "n_discordant": result.n_discordant,
+            # the fixed design has no e-value or anytime p-value (NaN): null in eval_info.json
+            "e_value": _number(result.e_value), "p_value": _number(result.p_value),
             "interval": list(result.interval), "alpha": result.alpha,
         }}
         if result.stopped_at is not None:
@@ -137,6 +150,10 @@ class VersusRule:
         return TaskStop(None, "running", None, looked, details)
 
 
+def _number(x: float) -> float | None:
+    return None if math.isnan(x) else x
+
+
 #: two runs started together, each against the other: how long one waits for the other's run.json
 WAIT_FOR_OTHER_S = 60.0
 #: pacing: how often the other run's log is read, and asked whether it still runs (a few stat calls)
@@ -144,17 +161,20 @@ READ_EVERY_S = 0.2
 LIVE_EVERY_S = 2.0
 
 
-def _runs_to_its_stop(config: Mapping[str, Any], here: Path) -> bool:
+def _runs_to_its_stop(config: Mapping[str, Any], here: Path, mine: Mapping[str, Any]) -> bool:
     """Whether the other run's prefixes grow until our decision: it runs every episode (no
-    stop rule), or it stops on the same comparison against this run. Any other rule (its own
-    --eval.ci_width, a comparison with a third run) may stop a task of it early, and this run
-    would then wait for episodes that never come: it is not paced against such a run."""
+    stop rule), or it stops on the same comparison against this run (the same test: `mine`,
+    this run's --eval.versus_* and --eval.ci_block). Any other rule (its own --eval.ci_width, a
+    comparison with a third run or at another level) may stop a task of it early, and this
+    run would then wait for episodes that never come: it is not paced against such a run."""
     ev = config.get("eval") or {}
     if ev.get("ci_width") is not None:
         return False
     theirs = ev.get("versus")
     if theirs is None:
         return True
+    if any(ev.get(k) != v for k, v in mine.items()):
+        return False
     try:
         return Path(theirs).resolve() == here.resolve()
     except OSError:
@@ -201,4 +221,4 @@ def versus_rule(cfg: Any) -> VersusRule:
     ev = cfg.eval
     n_tasks = sum(len(names) for names in cfg.env.tasks().values())
     return VersusRule(Path(ev.versus), cfg.identity(), ev.versus_alpha, ev.versus_margin, ev.ci_block,
-                      ev.n_episodes, n_tasks, Path(cfg.output_dir))
+                      ev.n_episodes, n_tasks, Path(cfg.output_dir), ev.versus_design)

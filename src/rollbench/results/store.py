@@ -14,7 +14,7 @@ from rollbench.results.log import EPISODES_DIR, log_files
 
 MANIFEST = "run.json"
 #: --eval.* fields of an adaptive run's stop rule: no part of its identity, but `merge` reads them
-STOP_RULE_FIELDS = ("ci_width", "ci_block", "versus", "versus_alpha", "versus_margin")
+STOP_RULE_FIELDS = ("ci_width", "ci_block", "versus", "versus_alpha", "versus_margin", "versus_design")
 EVAL_INFO = "eval_info.json"
 
 
