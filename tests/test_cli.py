@@ -121,16 +121,105 @@ def test_list_shows_metaworld_tasks_groups_and_policy_types(cli):
     mw = out.split("  metaworld:", 1)[1].split("\n  pusht:", 1)[0]
     for group, size in (("mt10", 10), ("mt50", 50), ("easy", 28), ("medium", 11), ("hard", 6), ("very_hard", 5)):
         assert f"    {group} ({size}): " in mw, group
-    for task in all_tasks():
-        assert task in mw
-    policies = out.split("policy types (--policy.type):", 1)[1].split()
+    assert "    mt50 (50): assembly-v3, basketball-v3, bin-picking-v3, ... (+47 more)" in mw
+    policies = out.split("policy types (--policy.type):", 1)[1].split("\n\n", 1)[0].split()
     assert policies == POLICIES.names()
     for bench in ("fake", "gym", "pusht"):
         assert f"  {bench}: " in out
+    # every task, one a line, under its group
+    res = cli("list", "metaworld")
+    assert res.rc == 0, res.err
+    lines = res.out.splitlines()
+    assert lines[0].startswith("metaworld: ")
+    mt50 = lines[lines.index("  mt50 (50):") + 1:][:50]
+    assert [ln.strip() for ln in mt50] == all_tasks()
+    assert all(ln.startswith("    ") for ln in mt50)
 
 
-def test_list_takes_no_arguments(cli):
-    assert_one_line_error(cli("list", "--foo=1"), "takes no arguments")
+def _lines_ok(text: str) -> None:
+    assert "[info]" not in text, text
+    too_long = [ln for ln in text.splitlines() if len(ln) > 200]
+    assert not too_long, too_long
+
+
+def test_list_lines_are_short_and_third_party_prints_are_silenced(cli):
+    res = cli("list")
+    assert res.rc == 0, res.err
+    _lines_ok(res.out)
+    _lines_ok(res.err)
+    assert res.err == ""
+    assert "    all (3): near, mid, far" in res.out
+
+
+def test_list_in_a_real_process_prints_only_rollbench_lines():
+    import subprocess
+    import sys
+
+    from conftest import REPO, subprocess_env
+
+    # stdin closed: hf-libero's first import may ask a question on stdin
+    proc = subprocess.run([sys.executable, "-m", "rollbench", "list"], capture_output=True, text=True, timeout=300,
+                          env=subprocess_env(), cwd=REPO, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    _lines_ok(proc.stdout)
+    _lines_ok(proc.stderr)
+    assert proc.stdout.startswith("benchmarks (--env.type):\n")
+
+
+def test_list_benchmark_prints_every_task_one_a_line(cli):
+    from rollbench.benchmarks.fake import FakeConfig
+
+    res = cli("list", "fake")
+    assert res.rc == 0, res.err
+    assert res.err == ""
+    lines = res.out.splitlines()
+    assert lines[0].startswith("fake: ")
+    groups = FakeConfig().list_groups()
+    assert [ln for ln in lines[1:] if not ln.startswith("    ")] == [f"  {g} ({len(t)}):" for g, t in groups.items()]
+    assert [ln.strip() for ln in lines[1:] if ln.startswith("    ")] == [t for tasks in groups.values() for t in tasks]
+    assert "policy types" not in res.out
+
+
+def test_list_unknown_benchmark_is_one_line_naming_it_and_the_choices(cli):
+    line = assert_one_line_error(cli("list", "libro"), "'libro'", "Did you mean 'libero'?")
+    for name in BENCHMARKS.names():
+        assert name in line
+    assert_one_line_error(cli("list", "nosuchbench"), "'nosuchbench'", "fake", "metaworld")
+
+
+def test_list_takes_at_most_one_benchmark_and_no_flags(cli):
+    assert_one_line_error(cli("list", "fake", "metaworld"), "at most one benchmark", "fake metaworld")
+    assert_one_line_error(cli("list", "--foo=1"), "--foo", "rollbench list [BENCHMARK]")
+
+
+def test_list_help_documents_the_benchmark_argument(cli):
+    res = cli("list", "--help")
+    assert res.rc == 0
+    assert "usage: rollbench list [BENCHMARK]" in res.out
+    assert "rollbench list libero" in res.out
+
+
+@pytest.mark.libero
+def test_list_shows_libero_90_and_all_its_tasks(cli):
+    pytest.importorskip("libero")
+    from rollbench.benchmarks.libero import find_assets
+
+    if find_assets(None) is None:
+        pytest.skip("no LIBERO assets installed")
+    res = cli("list")
+    assert res.rc == 0, res.err
+    _lines_ok(res.out + res.err)
+    preview = [ln for ln in res.out.splitlines() if ln.startswith("    libero_90 (90): ")]
+    assert len(preview) == 1 and preview[0].endswith(" more)"), preview
+    res = cli("list", "libero")
+    assert res.rc == 0, res.err
+    _lines_ok(res.out + res.err)
+    lines = res.out.splitlines()
+    start = lines.index("  libero_90 (90):") + 1
+    tasks = [ln.strip() for ln in lines[start:start + 90]]
+    assert all(ln.startswith("    ") for ln in lines[start:start + 90])
+    assert len(set(tasks)) == 90
+    assert lines[start + 90:] == [] or not lines[start + 90].startswith("    ")
 
 
 # -- exit codes ---------------------------------------------------------------------

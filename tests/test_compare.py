@@ -166,8 +166,10 @@ def test_warnings_name_what_differs(tmp_path):
         (["{tmp}/a", "{tmp}/b"], {"seed_b": "x"}, ["--seed_b='x'", "whole number"]),
         (["{tmp}/a", "{tmp}/b"], {"fail-if-worse": "maybe"}, ["--fail-if-worse='maybe'", "true or false"]),
         (["{tmp}/a", "{tmp}/other"], {}, ["share no task", "A: t;", "B: other/0"]),
+        # /proc takes no new file, even from root (whom os.access tells every folder is writable)
+        (["{tmp}/a", "{tmp}/b"], {"html": "/proc/x.html"}, ["--html='/proc/x.html'", "/proc takes no new file"]),
     ],
-    ids=["one-arg", "missing", "no-eval-info", "alpha", "typo", "seed", "bool", "no-common-task"],
+    ids=["one-arg", "missing", "no-eval-info", "alpha", "typo", "seed", "bool", "no-common-task", "html-unwritable"],
 )
 def test_bad_arguments_are_one_line_config_errors(tmp_path, positional, flags, words):
     write_info(tmp_path / "a", [task("t", [True, False], [1, 2])])

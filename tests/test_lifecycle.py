@@ -50,6 +50,28 @@ def test_a_users_mujoco_gl_wins_in_one_process(tmp_path: Path) -> None:
     assert load_info(tmp_path / "out")["scheduling"]["gl_backend"] == "osmesa"
 
 
+@pytest.mark.metaworld
+@pytest.mark.parametrize(("gl", "says"), [("osmesa", "MUJOCO_GL=osmesa: OSMesa's library (libOSMesa.so) was not found"),
+                                          ("nonsense", "MUJOCO_GL='nonsense' is not a rendering backend")])
+def test_a_users_mujoco_gl_that_mujoco_cannot_start_with_is_refused_before_the_run(tmp_path: Path, gl: str,
+                                                                                   says: str) -> None:
+    """MuJoCo reads MUJOCO_GL once, when it is first imported (listing MetaWorld's tasks), and
+    fails there: "'NoneType' object has no attribute 'glGetError'" without libOSMesa, "invalid
+    value" for a name it does not know. The run says which value and what is allowed instead."""
+    from rollbench.rendering import osmesa_loadable
+
+    if gl == "osmesa" and osmesa_loadable():
+        pytest.skip("libOSMesa loads on this machine")
+    res = run_subprocess("eval", "--env.type=metaworld", "--env.task=reach-v3", "--policy.type=expert",
+                         "--eval.n_episodes=1", f"--output_dir={tmp_path / 'out'}", MUJOCO_GL=gl, PYOPENGL_PLATFORM=gl)
+    assert res.rc == 2, res.err
+    (line,) = res.err.strip().splitlines()
+    assert line.startswith(f"rollbench: error: {says}"), line
+    assert "egl" in line and "glfw (with a display)" in line and "unset MUJOCO_GL" in line, line
+    assert "Traceback" not in res.err and "glGetError" not in res.err
+    assert not (tmp_path / "out" / "eval_info.json").exists()
+
+
 @pytest.mark.parametrize(("workers", "slots", "started"), [(4, 1, 1), (3, 2, 1), (2, 1, 1), (1, 1, 1)])
 def test_scheduling_workers_is_the_number_of_workers_started(tmp_path: Path, workers: int, slots: int,
                                                              started: int) -> None:
@@ -118,10 +140,14 @@ def test_eval_info_has_a_schema_version_and_the_command(tmp_path: Path) -> None:
     res = run_subprocess(*FAKE, "--policy.type=expert", f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     info = load_info(tmp_path)
-    assert info["schema_version"] == 1
+    assert info["schema_version"] == 2
     assert info["command"][:2] == ["rollbench", "eval"] and f"--output_dir={tmp_path}" in info["command"]
     for key in ("per_task", "per_group", "overall", "status", "config", "versions", "scheduling"):
         assert key in info
+    # every policy call of the run, made in the workers (the expert runs there) and sent back
+    calls = info["policy_calls"]
+    assert info["scheduling"]["placement"] == "worker" and calls["calls"] > 0
+    assert calls["rows"] >= info["overall"]["n_episodes"] and calls["rows_per_call"] == round(calls["rows"] / calls["calls"], 3)
 
 
 def test_a_worker_that_dies_before_any_episode_stops_the_run_instead_of_looping(tmp_path: Path) -> None:

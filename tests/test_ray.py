@@ -34,20 +34,28 @@ def cluster():
 
 
 @pytest.fixture(scope="module")
-def local_fake(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def local_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("local")
     res = run_subprocess(*FAKE, f"--output_dir={out}")
     assert res.rc == 0, res.err
-    return per_episode(out)
+    return out
 
 
-def test_ray_equals_local_on_the_fake_benchmark(cli, cluster, tmp_path: Path, local_fake: dict) -> None:
+@pytest.fixture(scope="module")
+def local_fake(local_dir: Path) -> dict:
+    return per_episode(local_dir)
+
+
+def test_ray_equals_local_on_the_fake_benchmark(cli, cluster, tmp_path: Path, local_fake: dict, local_dir: Path) -> None:
     res = cli(*FAKE, "--executor=ray", f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     assert "15 episodes run on 2 ray actors; complete" in res.out
     assert per_episode(tmp_path) == local_fake
     info = load_info(tmp_path)
     assert info["mode"] == "ray" and info["scheduling"]["actors"] == 2
+    # the same top-level keys as one process writes (tests/test_sharding.py: shards and merges)
+    assert list(info) == list(load_info(local_dir)), (list(info), list(load_info(local_dir)))
+    assert info["policy_calls"]["rows"] >= info["policy_calls"]["calls"] > 0 and info["command"][:2] == ["rollbench", "eval"]
     assert info["scheduling"]["counts"] == {"actors_started": 2, "actor_deaths": 0, "requeued_units": 0, "videos_uploaded": 0}
     # only the driver writes the log: one writer, every unit once
     recs = read_records(tmp_path)

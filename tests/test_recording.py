@@ -250,29 +250,15 @@ def test_a_recording_root_that_cannot_take_the_dataset_is_refused_before_any_epi
         assert (root / "notes.txt").read_text() == "keep me"
 
 
-def test_an_unwritable_recording_root_is_refused_before_any_episode(
-    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A root under a folder this user cannot write stops the run in one line that names the
-    flag and the folder. CI runs as root, for whom every folder is writable: there the
-    permission check itself (os.access, the OS's edge) answers "no" for that folder."""
-    import os
-
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    if os.geteuid() != 0:
-        locked.chmod(0o555)
-    else:
-        real = os.access
-        monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != locked and real(p, mode, **kw))
+def test_an_unwritable_recording_root_is_refused_before_any_episode(tmp_path: Path) -> None:
+    """A root where no directory can be made stops the run in one line that names the flag
+    and the folder, before any episode. /proc takes no new entry, even from root (for whom
+    os.access says every folder is writable: the check makes and removes a directory)."""
     out = tmp_path / "run"
-    try:
-        res = cli(*FAKE, f"--eval.recording_root={locked / 'ds'}", f"--output_dir={out}")
-    finally:
-        locked.chmod(0o755)
+    res = run_subprocess(*FAKE, "--eval.recording_root=/proc/nope", f"--output_dir={out}")
     errors = [ln for ln in res.err.splitlines() if ln.startswith("rollbench: error:")]
     assert res.rc == 2 and len(errors) == 1 and "Traceback" not in res.err, res.err
-    assert "--eval.recording_root" in errors[0] and f"{locked} is not writable" in errors[0]
+    assert "--eval.recording_root=/proc/nope: /proc takes no new directory" in errors[0]
     assert not (out / "episodes").exists()
 
 

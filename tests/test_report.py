@@ -108,8 +108,9 @@ def test_report_main_prints_only_the_path(filmed: Path, tmp_path: Path, capsys: 
         (["{run}"], {"videos_per_task": "-1"}, ["--videos_per_task='-1'", ">= 0"]),
         (["{run}"], {"video_per_task": "1"}, ["unknown flag --video_per_task", "Did you mean --videos_per_task?"]),
         (["{run}"], {"output": "{tmp}/no/such/dir/r.html"}, ["--output='", "existing directory"]),
+        (["{run}"], {"output": "/proc/r.html"}, ["--output='/proc/r.html'", "/proc takes no new file"]),
     ],
-    ids=["none", "two", "missing", "not-a-run", "negative", "typo", "output-dir"],
+    ids=["none", "two", "missing", "not-a-run", "negative", "typo", "output-dir", "output-unwritable"],
 )
 def test_bad_input_is_a_one_line_config_error(filmed: Path, tmp_path: Path, positional, flags, words) -> None:
     fill = {"run": filmed, "tmp": tmp_path}

@@ -47,6 +47,34 @@ def test_hand_shards_merge_to_the_single_run(cli, tmp_path: Path, single: Path, 
     assert len(list((tmp_path / "episodes").glob("*.jsonl"))) == n
 
 
+def test_every_way_of_running_writes_the_same_keys_and_the_command_that_reruns_it(
+    cli, tmp_path: Path, single: Path
+) -> None:
+    """One process, --launch=local, and hand shards merged: the same top-level keys of
+    eval_info.json (Ray's: tests/test_ray.py), each with the command that reruns the run; a
+    merge's is its shards' run as one process, and running it gives the same episodes."""
+    res = run_subprocess(*FAKE, f"--output_dir={tmp_path / 'local'}", "--eval.num_shards=2", "--launch=local")
+    assert res.rc == 0, res.err
+    run_shards(cli, tmp_path / "hand", 2, range(2))
+    assert cli("merge", str(tmp_path / "hand")).rc == 0
+    infos = {name: load_info(path) for name, path in
+             (("one", single), ("local", tmp_path / "local"), ("merge", tmp_path / "hand"))}
+    keys = {name: list(info) for name, info in infos.items()}
+    assert keys["one"] == keys["local"] == keys["merge"], keys
+    assert {info["schema_version"] for info in infos.values()} == {2}
+    assert [infos[n]["mode"] for n in infos] == ["lockstep", "launch-local", "merge"]
+    assert infos["merge"]["merged_from"] == 1 and infos["one"]["merged_from"] is None
+    assert infos["one"]["policy_calls"]["calls"] > 0 and infos["merge"]["policy_calls"] is None
+    command = infos["merge"]["command"]
+    assert command[:2] == ["rollbench", "eval"] and f"--output_dir={tmp_path / 'hand'}" in command
+    assert not any(f.startswith(("--eval.shard_id", "--eval.num_shards")) for f in command), command
+    assert "--eval.n_episodes=5" in command and len(command) < 12, command  # what differs from the defaults
+    rerun = [f for f in command[1:] if not f.startswith("--output_dir=")]
+    res = run_subprocess(*rerun, f"--output_dir={tmp_path / 'rerun'}")
+    assert res.rc == 0, res.err
+    assert per_episode(tmp_path / "rerun") == per_episode(tmp_path / "hand") == per_episode(single)
+
+
 def test_a_shard_with_no_units_is_fine(cli, tmp_path: Path) -> None:
     # 2 episodes of one task over 3 shards: shard 2 gets nothing to do
     flags = ("--env.task=near", "--eval.n_episodes=2")

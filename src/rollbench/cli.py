@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rollbench import __version__
+from rollbench.config import codec
 from rollbench.config.env import BENCHMARKS
 from rollbench.config.eval import EvalConfig
 from rollbench.config.fields import build, field_help
@@ -43,7 +44,7 @@ COMMANDS = {
     "compare": "is run B better than run A? per-task and overall differences with exact tests and a verdict",
     "serve": "serve a policy over a websocket to rollbench, openpi and vla-eval clients, batched across clients",
     "check": "before a run: does a LeRobot checkpoint fit the benchmark? a table of inputs, stats, action, fixes",
-    "list": "show the registered benchmarks (tasks, groups) and policy types",
+    "list": "show the registered benchmarks (groups, tasks) and policy types; `list BENCHMARK`: all its tasks",
 }
 
 
@@ -117,24 +118,25 @@ def resolved(cfg: RunConfig) -> RunConfig:
 
 def config_from_dict(data: dict[str, Any]) -> RunConfig:
     """Rebuild a RunConfig from the `config` section of run.json / eval_info.json."""
+    return config_from_flags(codec.to_flags(data))
 
-    def flat(prefix: str, d: dict[str, Any]) -> dict[str, str]:
-        out = {}
-        for k, v in d.items():
-            if v is None:
-                continue
-            if isinstance(v, dict):
-                if k == "options":
-                    out.update({f"{prefix}{ok}": str(ov) for ok, ov in v.items()})
-                    continue
-                out.update(flat(f"{prefix}{k}.", v))
-            elif isinstance(v, list):
-                out[f"{prefix}{k}"] = ",".join(map(str, v))
-            else:
-                out[f"{prefix}{k}"] = str(v).lower() if isinstance(v, bool) else str(v)
-        return out
 
-    return config_from_flags(flat("", data))
+#: flags of one shard's process, not of the run: a command that reruns the whole run drops them
+SHARD_FLAGS = ("eval.shard_id", "eval.num_shards", "launch", "resume")
+
+
+def rerun_argv(data: dict[str, Any]) -> list[str]:
+    """`rollbench eval` with the flags of the run whose config is `data` (a merge's: its
+    shards' run, as one process; every episode is a function of its unit, so it gives the
+    same results), keeping only what differs from the defaults of its benchmark and policy."""
+    full = {k: v for k, v in codec.to_flags(data).items() if k not in SHARD_FLAGS}
+    try:
+        base: dict[str, str] = {k: full[k] for k in ("env.type", "policy.type", "policy.path", "output_dir") if k in full}
+        defaults = codec.to_flags(config_from_flags(base).to_dict())
+    except RollbenchError:  # a policy that needs more flags to build: every flag, then
+        defaults = {}
+    kept = {k: v for k, v in full.items() if k.endswith(".type") or k == "output_dir" or defaults.get(k) != v}
+    return ["rollbench", "eval", *codec.to_argv(kept)]
 
 
 # -- help ---------------------------------------------------------------------------
@@ -214,7 +216,12 @@ def tune_help() -> str:
     return "\n".join([TUNE_HELP_HEAD, "", "tune:", _rows(field_help(TuneConfig, "tune."))])
 
 
-LIST_HELP = "usage: rollbench list\n\nShow the registered benchmarks, their tasks and groups, and the policy types."
+LIST_HELP = """usage: rollbench list [BENCHMARK]
+
+Without BENCHMARK: every registered benchmark (--env.type) with its groups of tasks (the
+count and the first few names of each), then the policy types (--policy.type).
+With BENCHMARK (e.g. `rollbench list libero`): each group of that benchmark and all its
+task names, one a line."""
 
 
 def main_help() -> str:
@@ -240,7 +247,7 @@ Exit 0: it fits (warnings may be listed); 2: a hard mismatch (eval refuses it to
 def cmd_check(flags: dict[str, str]) -> int:
     from rollbench.policies.lerobot import OWNS_ENV_PROCESSORS, check_checkpoint_dir, read_config
     from rollbench.policies.lerobot_check import observed, preflight, table
-    from rollbench.rendering import apply_backend, choose_backend
+    from rollbench.rendering import apply_backend, check_user_backend, choose_backend
     from rollbench.scheduler.shm import stack_any
 
     cfg = config_from_flags(flags)
@@ -251,6 +258,7 @@ def cmd_check(flags: dict[str, str]) -> int:
     ckpt = check_checkpoint_dir(cfg.policy)
     bench = cfg.env
     bench.check_available()
+    check_user_backend(bench)  # before validate_tasks: listing the tasks can import MuJoCo
     bench.validate_tasks()
     raw = read_config(ckpt)
     owns = raw.get("type") in OWNS_ENV_PROCESSORS
@@ -380,7 +388,8 @@ def cmd_merge(positional: list[str], flags: dict[str, str]) -> int:
     if flags:
         raise ConfigError(f"unknown flag --{next(iter(flags))} for rollbench merge")
     root = Path(positional[0])
-    info = merge_dir(root, config_from_dict(read_manifest(root))).to_json()
+    config = read_manifest(root)
+    info = merge_dir(root, config_from_dict(config), rerun_argv({**config, "output_dir": str(root)})).to_json()
     print(table(info))
     print(f"\nmerged into {root / 'eval_info.json'}: {info['status']}")
     if "adaptive" in info:
@@ -396,25 +405,97 @@ def cmd_merge(positional: list[str], flags: dict[str, str]) -> int:
     return 0
 
 
-def cmd_list() -> int:
-    print("benchmarks (--env.type):")
-    for name in BENCHMARKS.names():
-        try:
-            cls = BENCHMARKS.get(name)
+#: `rollbench list` keeps each line of its overview within this many characters and shows
+#: at most LIST_SHOWN task names of a group
+LIST_WIDTH = 120
+LIST_SHOWN = 3
+
+
+def _clip(text: str, width: int) -> str:
+    """`text`, cut to `width` characters with a trailing `...` when longer."""
+    return text if len(text) <= width else text[: max(width - 3, 1)] + "..."
+
+
+def _group_preview(group: str, tasks: list[str]) -> str:
+    """`    group (n): a, b, c, ... (+k more)`: the first task names that fit in LIST_WIDTH
+    (whole; the first one is cut to fit when even it alone is too long)."""
+    head = f"    {group} ({len(tasks)}): "
+    if not tasks:
+        return head + "(none)"
+
+    def line(shown: list[str]) -> str:
+        rest = len(tasks) - len(shown)
+        return head + ", ".join(shown) + (f", ... (+{rest} more)" if rest else "")
+
+    shown: list[str] = []
+    for task in tasks[:LIST_SHOWN]:
+        if len(line([*shown, task])) > LIST_WIDTH:
+            break
+        shown.append(task)
+    if not shown:
+        room = LIST_WIDTH - len(line([""]))
+        shown = [_clip(tasks[0], max(room, 20))]
+    return line(shown)
+
+
+def _load_listing(name: str) -> tuple[str, dict[str, list[str]]]:
+    """A benchmark's one-line description and its groups of tasks, built with stdout and
+    stderr captured: simulator packages print while their benchmarks are built (hf-libero's
+    `[info] using task orders ...`, once per suite); that goes to the debug log (--debug)."""
+    import contextlib
+    import io
+
+    cls = BENCHMARKS.get(name)
+    desc = ((cls.__doc__ or "").strip().splitlines() or [""])[0]
+    noise = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(noise), contextlib.redirect_stderr(noise):
             cfg = cls()
             cfg.check_available()
-            desc = (cls.__doc__ or "").strip().splitlines()[0]
-            print(f"  {name}: {desc}")
             groups = cfg.list_groups()
-            for group, tasks in groups.items():
-                print(f"    {group} ({len(tasks)}): {', '.join(tasks)}")
+    finally:
+        for line in noise.getvalue().splitlines():
+            if line.strip():
+                log.debug("%s: %s", name, line)
+    return desc, groups
+
+
+def cmd_list(positional: Sequence[str] = ()) -> int:
+    """`rollbench list`: every benchmark with its groups (a few tasks of each) and the policy
+    types; `rollbench list BENCHMARK`: that benchmark's groups with every task, one a line."""
+    from rollbench.errors import message_line
+
+    names = BENCHMARKS.names()
+    if len(positional) > 1:
+        raise ConfigError(f"rollbench list takes at most one benchmark: rollbench list [BENCHMARK] (got {' '.join(positional)})")
+    if positional:
+        name = positional[0]
+        if name not in names:
+            raise ConfigError(f"unknown benchmark {name!r}.{did_you_mean(name, names)} Benchmarks: {', '.join(names)}")
+        desc, groups = _load_listing(name)  # unavailable: one `rollbench: error:` line (exit 2)
+        print(f"{name}: {desc}")
+        for group, tasks in groups.items():
+            print(f"  {group} ({len(tasks)}):")
+            for task in tasks:
+                print(f"    {task}")
+        return 0
+    print("benchmarks (--env.type):")
+    for name in names:
+        try:
+            desc, groups = _load_listing(name)
         except RollbenchError as err:
-            print(f"  {name}: unavailable: {err}")
+            print(f"  {name}: unavailable: {message_line(err)}")
+            continue
         except Exception as err:  # a broken third-party plugin must not break the listing
-            print(f"  {name}: cannot load ({type(err).__name__}: {err})")
+            print(f"  {name}: cannot load ({type(err).__name__}: {message_line(err)})")
+            continue
+        print(_clip(f"  {name}: {desc}", LIST_WIDTH))
+        for group, tasks in groups.items():
+            print(_group_preview(group, tasks))
     print("\npolicy types (--policy.type):")
     for name in POLICIES.names():
         print(f"  {name}")
+    print("\n`rollbench list BENCHMARK` lists every task of one benchmark.")
     return 0
 
 
@@ -484,9 +565,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             from rollbench.report import compare_main, report_main
 
             return (report_main if command == "report" else compare_main)(positional, flags)
-        if flags or positional:
-            raise ConfigError("rollbench list takes no arguments")
-        return cmd_list()
+        if flags:
+            raise ConfigError(f"unknown flag --{next(iter(flags))} for rollbench list; usage: rollbench list [BENCHMARK]")
+        return cmd_list(positional)
     except RollbenchError as err:
         if debug:
             raise

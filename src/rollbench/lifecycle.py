@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -69,7 +70,10 @@ class RunOutcome:
 
 def check(cfg: RunConfig) -> list[EpisodeUnit]:
     """The run's plan, once its benchmark is installed and its tasks exist (no side effects)."""
+    from rollbench.rendering import check_user_backend
+
     cfg.env.check_available()
+    check_user_backend(cfg.env)  # before validate_tasks: listing the tasks can import MuJoCo
     cfg.env.validate_tasks()
     _check_recording_root(cfg)
     if cfg.eval.versus is not None:
@@ -97,8 +101,11 @@ def _check_recording_root(cfg: RunConfig) -> None:
         raise ConfigError(f"{flag} would replace {'the run directory' if root in (out, *out.parents) else 'a folder of the run'} "
                           f"{root} with the dataset; give a directory of its own (default: <output_dir>/dataset)")
     existing = next(p for p in (root, *root.parents) if p.exists())
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag}: {existing} is not writable by this user; give a directory you can write")
+    try:  # the dataset's folders are made there at the end: make (and remove) one now
+        os.rmdir(tempfile.mkdtemp(prefix=".rollbench-probe-", dir=existing))
+    except OSError as err:
+        raise ConfigError(f"{flag}: {existing} takes no new directory ({err.strerror}); give a directory you can "
+                          f"write") from None
 
 
 def _this_run_s_dataset(output_dir: Path, root: Path) -> bool:
@@ -387,13 +394,14 @@ def _close(records: Iterator[EpisodeRecord]) -> None:
         close()  # the scheduler's cleanup (workers, videos) runs now, not at garbage collection
 
 
-def merge_dir(root: Path, cfg: RunConfig) -> EvalInfo:
-    """`rollbench merge`: close a run (every log under `root`) that nothing executes now."""
+def merge_dir(root: Path, cfg: RunConfig, command: list[str] | None = None) -> EvalInfo:
+    """`rollbench merge`: close a run (every log under `root`) that nothing executes now.
+    `command`: the one that runs the merged run (its shards' flags, as one process)."""
     from rollbench.results.log import EPISODES_DIR
 
     plan = plan_for(cfg)  # no availability check: a merge needs the logs, not the simulator
     n_dirs = len({*map(str, root.glob(f"**/{EPISODES_DIR}"))})
-    _, info = close_run(root, cfg, plan, ExecutionFacts(mode="merge", merged_from=n_dirs), recursive=True)
+    _, info = close_run(root, cfg, plan, ExecutionFacts(mode="merge", merged_from=n_dirs), command, recursive=True)
     for problem in _push_dataset(cfg, info):
         log.warning("%s", problem)
     write_report(root)

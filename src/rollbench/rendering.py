@@ -6,7 +6,8 @@ EGL when nvidia-smi sees a GPU, else the cpu choice. A MUJOCO_GL the user set wi
 `auto`, in every way of running. The executor decides once per run (`choose_backend`) and
 carries the value explicitly: into the driver's environment (`apply_backend`), each
 worker's spec, and each local shard's environment. The GL context itself is created in
-the worker, on the first render.
+the worker, on the first render. A MUJOCO_GL the user set is checked before anything
+imports MuJoCo (`check_user_backend`), which reads it once, at that import, and fails there.
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ import os
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rollbench.errors import ConfigError, did_you_mean
+
+if TYPE_CHECKING:
+    from rollbench.config.env import BenchmarkConfig
 
 
 @dataclass(frozen=True)
@@ -57,14 +64,21 @@ def find_gpus() -> list[Gpu]:
     return gpus
 
 
-def osmesa_loadable() -> bool:
-    for name in filter(None, (ctypes.util.find_library("OSMesa"), "libOSMesa.so", "libOSMesa.so.8", "libOSMesa.so.6")):
+def library_loads(name: str) -> bool:
+    """Whether lib`name` loads, by ctypes' lookup or the file names PyOpenGL tries
+    (lib`name`.so, then .so.9 down to .so.0)."""
+    base = f"lib{name}.so"
+    for path in filter(None, (ctypes.util.find_library(name), base, *(f"{base}.{i}" for i in range(9, -1, -1)))):
         try:
-            ctypes.CDLL(name)
+            ctypes.CDLL(path)
             return True
         except OSError:
             continue
     return False
+
+
+def osmesa_loadable() -> bool:
+    return library_loads("OSMesa")
 
 
 def _device_backend(render_device: str, gpus: Sequence[Gpu]) -> str:
@@ -111,6 +125,41 @@ def choose_backend(render_device: str, gpus: Sequence[Gpu] | None = None) -> str
     if gpus is None:
         gpus = find_gpus() if render_device == "auto" else []
     return _device_backend(render_device, gpus)
+
+
+BACKENDS = ("egl", "osmesa", "glfw")  # rollbench's: the GL context of a video frame is one of these
+_LIBRARIES = {"egl": "EGL", "osmesa": "OSMesa"}  # the library PyOpenGL loads for each (glfw: a display)
+# MUJOCO_GL as MuJoCo takes it on Linux (mujoco/gl_context.py, in any case): a backend, or a word
+# for its default (glfw) or for none; dm_control (ALOHA) takes the same in lower case, but not glx
+_MUJOCO_GL_WORDS: tuple[str, ...] = (*BACKENDS, "glx", "on", "enable", "enabled", "true", "1", "off", "disable", "disabled", "false", "0")
+
+
+def check_user_backend(bench: BenchmarkConfig) -> None:
+    """Refuse, as a ConfigError, a MUJOCO_GL the user set that MuJoCo cannot start with, when
+    `bench` runs MuJoCo (it names "mujoco" among its required modules): MuJoCo and dm_control
+    read MUJOCO_GL once, at their first import, and fail there, before any render, saying
+    "'NoneType' object has no attribute 'glGetError'" (libOSMesa missing) or "invalid value".
+    A benchmark without MuJoCo runs under any value; glfw's display is checked by rendering."""
+    user = user_backend()
+    needs = bench.required_modules()
+    if user is None or "mujoco" not in needs:
+        return
+    value, takes = user.lower().strip(), _MUJOCO_GL_WORDS
+    if "dm_control" in needs:  # which reads the value as it is
+        value, takes = user, tuple(w for w in takes if w != "glx")
+    if value not in takes:
+        raise ConfigError(
+            f"MUJOCO_GL={user!r} is not a rendering backend.{did_you_mean(value.lower(), BACKENDS)} Allowed: egl, "
+            f"osmesa (with libOSMesa installed), glfw (with a display), or unset MUJOCO_GL to let rollbench choose"
+        )
+    lib = _LIBRARIES.get(value)
+    if lib is not None and not library_loads(lib):
+        others = " or ".join(f"MUJOCO_GL={b}" + (" (with a display)" if b == "glfw" else "") for b in BACKENDS if b != value)
+        raise ConfigError(
+            f"MUJOCO_GL={user}: {lib}'s library (lib{lib}.so) was not found on this machine; install it "
+            f"(Debian/Ubuntu: apt-get install -y {_PACKAGES[value]}), set {others}, "
+            f"or unset MUJOCO_GL to let rollbench choose"
+        )
 
 
 def apply_backend(backend: str) -> None:

@@ -70,6 +70,7 @@ class LocalExecutor(Executor):
 
     def execute(self, run: Run) -> Iterator[EpisodeRecord]:
         assert self.cfg is not None and self.ctx is not None and self.schedule is not None
+        self.ctx.counts.calls = self.ctx.counts.rows = 0  # the run's calls only (not tune's probe)
         if self.schedule.mode == "lockstep":
             from rollbench.scheduler.lockstep import run_lockstep
 
@@ -81,8 +82,9 @@ class LocalExecutor(Executor):
 
     def facts(self) -> ExecutionFacts:
         assert self.schedule is not None
+        assert self.ctx is not None
         return ExecutionFacts(self.schedule.mode, scheduling=dataclasses.asdict(self.schedule), tune=self.tuned,
-                              startup=timeline.startup())
+                              startup=timeline.startup(), policy_calls=self.ctx.counts.to_json())
 
     def describe(self) -> str:
         assert self.schedule is not None

@@ -48,7 +48,7 @@ from rollbench.plan import EpisodeUnit
 from rollbench.rendering import choose_backend
 from rollbench.results.eval_info import ExecutionFacts
 from rollbench.results.records import EpisodeRecord
-from rollbench.scheduler.common import HELD_POLL_S, StepContext
+from rollbench.scheduler.common import HELD_POLL_S, PolicyCalls, StepContext
 from rollbench.scheduler.continuous import UnitQueue
 from rollbench.scheduler.decide import decide_mode, decide_placement, default_slots, video_plan
 from rollbench.scheduler.pool import retry_or_fail
@@ -132,10 +132,11 @@ class RolloutActor:
         return time.monotonic() - float(self.watch.beat[0])
 
     def run(self, batch: list[tuple[EpisodeUnit, int]]) -> tuple[
-        list[EpisodeRecord], list[tuple[EpisodeUnit, int, str]], list[tuple[str, bytes]],
+        list[EpisodeRecord], list[tuple[EpisodeUnit, int, str]], list[tuple[str, bytes]], tuple[int, int],
     ]:
         """Run `batch` [(unit, attempt)] on the slots; (records, [(unit, attempt, error)],
-        [(video path relative to the output dir, its bytes)] when videos go back to the driver)."""
+        [(video path relative to the output dir, its bytes)] when videos go back to the driver,
+        the (calls, rows) its policy has made so far)."""
         self.worker.buffer.touch()  # a call starts: the clock of `silent_s` starts again
         n = len(self.worker.slots)
         self.inbox.messages.append(("assign", [(i % n, unit, attempt) for i, (unit, attempt) in enumerate(batch)]))
@@ -149,7 +150,8 @@ class RolloutActor:
                     err = event[1]
                     errors.append((err.unit, err.attempt, err.error))
         self.inbox.sent.clear()
-        return records, errors, self._videos(records)
+        counts = self.worker.ctx.counts if self.worker.ctx is not None else None
+        return records, errors, self._videos(records), (counts.calls, counts.rows) if counts else (0, 0)
 
     def _videos(self, records: list[EpisodeRecord]) -> list[tuple[str, bytes]]:
         """The finished videos of `records`, read and removed here (the driver writes them)."""
@@ -190,6 +192,7 @@ class _Actor:
     last_task: str | None = None
     probe: Any = None  # a `silent_s` call in flight
     hung: str | None = None  # why the driver killed it
+    policy_calls: tuple[int, int] = (0, 0)  # its policy's (calls, rows), counted so far
 
 
 @dataclass
@@ -216,6 +219,7 @@ class RayExecutor(Executor):
         self.plan: _Plan | None = None
         self.actors: list[_Actor] = []
         self.cheap = False
+        self.counts = PolicyCalls()  # every actor's policy calls
 
     def setup(self, cfg: RunConfig) -> None:
         if cfg.workers == "auto":
@@ -327,7 +331,7 @@ class RayExecutor(Executor):
                 a.calls -= 1
                 a.holds_suspect = False
                 try:
-                    records, errors, videos = ray.get(ref)
+                    records, errors, videos, (calls, rows) = ray.get(ref)
                 except ray.exceptions.RayActorError as err:
                     # a unit that ran alone explains its actor's death; otherwise nobody is to blame yet
                     fruitless = self._died(a, err, 0 if alone or a.answered else fruitless + 1)
@@ -345,6 +349,9 @@ class RayExecutor(Executor):
                 except ray.exceptions.RayTaskError as err:
                     raise _fatal(err) from None
                 a.answered, fruitless = True, 0
+                if (calls, rows) > a.policy_calls:  # the calls of its policy so far (calls answer out of order)
+                    self.counts.add(calls - a.policy_calls[0], rows - a.policy_calls[1])
+                    a.policy_calls = (calls, rows)
                 for relpath, data in videos:  # from an actor on another host: written here, then counted
                     _write_video(self.cfg.output_dir, relpath, data)
                     p.counts["videos_uploaded"] += 1
@@ -397,7 +404,7 @@ class RayExecutor(Executor):
     def facts(self) -> ExecutionFacts:
         assert self.plan is not None
         return ExecutionFacts("ray", scheduling={"executor": "ray", "placement": "actor",
-                                                 **dataclasses.asdict(self.plan)})
+                                                 **dataclasses.asdict(self.plan)}, policy_calls=self.counts.to_json())
 
     def describe(self) -> str:
         assert self.plan is not None

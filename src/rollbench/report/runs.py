@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rollbench.config import codec
 from rollbench.errors import ConfigError
 
 EVAL_INFO = "eval_info.json"
@@ -175,22 +176,6 @@ def load_run(arg: str, what: str, seed_start: int | None = None) -> Run:
     return Run(path, info, tasks)
 
 
-def _flags(prefix: str, d: dict[str, Any]) -> list[str]:
-    out = []
-    # the type picks the class whose fields the other flags set: it comes first
-    for k in sorted(d, key=lambda k: k != "type"):  # stable: the rest keep their order
-        v = d[k]
-        if v is None:
-            continue
-        if isinstance(v, dict):
-            out += _flags(f"{prefix}{k}." if k != "options" else prefix, v)
-        elif isinstance(v, list):
-            out.append(f"--{prefix}{k}={','.join(map(str, v))}")
-        else:
-            out.append(f"--{prefix}{k}={str(v).lower() if isinstance(v, bool) else v}")
-    return out
-
-
 def command_line(info: dict[str, Any]) -> tuple[str, bool] | None:
     """(shell command, exact?): the recorded argv, else one rebuilt from the config."""
     argv = info.get("command")
@@ -198,5 +183,5 @@ def command_line(info: dict[str, Any]) -> tuple[str, bool] | None:
         return shlex.join(map(str, argv)), True
     cfg = info.get("config")
     if isinstance(cfg, dict):
-        return shlex.join(["rollbench", "eval", *_flags("", cfg)]), False
+        return shlex.join(["rollbench", "eval", *codec.to_argv(codec.to_flags(cfg))]), False
     return None

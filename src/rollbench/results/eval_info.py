@@ -24,8 +24,12 @@ from rollbench.results.summary import eval_info as summarize
 if TYPE_CHECKING:
     from rollbench.config.run import RunConfig
 
-#: bump when a key changes meaning or goes away (adding a key is not a new version)
-SCHEMA_VERSION = 1
+#: bump when a key changes meaning or goes away (adding a key is not a new version).
+#: 2: every way of running writes the same top-level keys (`EXECUTION_KEYS`, null where they do
+#: not apply), and `command` is always the one that reruns the run (for a merge: its shards' run)
+SCHEMA_VERSION = 2
+#: what a way of running contributes, present in every eval_info.json
+EXECUTION_KEYS = ("scheduling", "launch", "tune", "merged_from", "startup", "policy_calls")
 
 
 def versions(cfg: RunConfig) -> dict[str, str]:
@@ -53,6 +57,7 @@ class ExecutionFacts:
     tune: dict[str, Any] | None = None  # --workers=auto: the recommendation and its prediction
     merged_from: int | None = None  # rollbench merge: how many episode directories
     startup: dict[str, float] | None = None  # seconds after the process started (rollbench.timeline)
+    policy_calls: dict[str, Any] | None = None  # calls, rows, rows_per_call of the policy in this run
 
 
 @dataclass(frozen=True)
@@ -80,18 +85,16 @@ class EvalInfo:
         return self.to_json()[key]
 
     def to_json(self) -> dict[str, Any]:
+        """The same top-level keys whichever way the run ran (one process, local shards, a
+        merge, Ray): a key that does not apply is null."""
         out: dict[str, Any] = {"schema_version": self.schema_version, **self.body}
         out["mode"] = self.how.mode
-        for key in ("scheduling", "launch", "tune", "merged_from", "startup"):
-            value = getattr(self.how, key)
-            if value is not None:
-                out[key] = value
+        for key in EXECUTION_KEYS:
+            out[key] = getattr(self.how, key)
         out["config"] = self.config
         out["versions"] = self.versions
-        if self.command is not None:
-            out["command"] = self.command
-        if self.this_run_s is not None:
-            out["this_run_s"] = self.this_run_s
+        out["command"] = self.command
+        out["this_run_s"] = self.this_run_s
         return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -36,6 +36,24 @@ def driver_threads(cores: int, workers: int) -> int:
     return max(1, cores - workers)
 
 
+@dataclass
+class PolicyCalls:
+    """How often a process's policy was called, and for how many rows (env slots) in all."""
+
+    calls: int = 0
+    rows: int = 0
+
+    def add(self, calls: int, rows: int) -> None:
+        self.calls += calls
+        self.rows += rows
+
+    def to_json(self) -> dict[str, Any] | None:
+        """eval_info.json's `policy_calls` (None when no call was counted)."""
+        if not self.calls:
+            return None
+        return {"calls": self.calls, "rows": self.rows, "rows_per_call": round(self.rows / self.calls, 3)}
+
+
 @dataclass(frozen=True)
 class StepContext:
     """Everything needed to turn observations into actions and account the results.
@@ -47,6 +65,8 @@ class StepContext:
     benchmark: BenchmarkConfig
     policy_config: PolicyConfig
     seed: int | None = None  # the run's --seed, for policies seeded as lerobot-eval seeds them
+    #: the calls `act` made in this process (a worker's reach the driver in its reports)
+    counts: PolicyCalls = field(default_factory=PolicyCalls, compare=False)
 
     @cached_property
     def action_space(self) -> Any:
@@ -102,6 +122,7 @@ class StepContext:
         except Exception as err:  # the policy's own bug: name it, keep the cause for --debug
             raise PolicyError(f"policy {self.policy_name()} raised {type(err).__name__}: {err}") from err
         actions = check_actions(post(np.asarray(raw)), len(slots), self.action_space, self.policy_name())
+        self.counts.add(1, len(slots))
         timeline.mark("first_env_step")  # every mode steps its envs with these next
         return actions
 

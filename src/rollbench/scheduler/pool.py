@@ -66,6 +66,7 @@ class WorkerHandle:
     reported: bool = False  # it has sent a report: it got as far as running slots
     sent_at: float = field(default_factory=time.monotonic)
     last_task: list[str | None] = field(default_factory=list)
+    policy_calls: tuple[int, int] = (0, 0)  # worker placement: its (calls, rows) counted so far
 
     def __post_init__(self) -> None:
         self.last_task = [None] * len(self.slots)

@@ -78,6 +78,7 @@ class Report:
     events: list[tuple[Any, ...]] = field(default_factory=list)
     running: list[int] = field(default_factory=list)
     obs: dict[int, Any] | None = None  # pickled observations when there is no flat layout
+    policy_calls: tuple[int, int] | None = None  # worker placement: this worker's (calls, rows) so far
 
     def __bool__(self) -> bool:
         return bool(self.events)
@@ -347,6 +348,7 @@ class Worker:
                     for j, i in enumerate(running):
                         self._step(i, actions[j], report)
             if report:
+                report.policy_calls = (self.ctx.counts.calls, self.ctx.counts.rows)
                 self.conn.send(("report", report))
 
 

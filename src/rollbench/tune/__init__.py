@@ -54,7 +54,7 @@ def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, r
     `cfg.tune.budget_s`). With `wall_share`, the measurement windows stop at that share of
     the wall predicted from the warm-up (less what was spent): `--workers=auto`."""
     from rollbench.plan import plan_for, shard
-    from rollbench.rendering import choose_backend, osmesa_loadable, user_backend
+    from rollbench.rendering import check_user_backend, choose_backend, osmesa_loadable, user_backend
     from rollbench.scheduler.common import StepContext
     from rollbench.scheduler.decide import decide_placement
     from rollbench.tune import probe as p
@@ -64,6 +64,7 @@ def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, r
     budget = cfg.tune.budget_s if budget_s is None else budget_s
     machine = p.probe_machine()
     cfg.env.check_available()
+    check_user_backend(cfg.env)
     units = shard(plan_for(cfg), cfg.eval.shard_id, cfg.eval.num_shards)
     if not units:
         raise ConfigError(f"--eval.shard_id={cfg.eval.shard_id}: this shard has no episodes to run")

@@ -1,0 +1,39 @@
+"""One codec between a run's config, as run.json and eval_info.json hold it
+(`RunConfig.to_dict()`), and the flags that set it.
+
+    config dict ──to_flags──▶ {"env.type": "metaworld", "eval.n_episodes": "50", ...}
+                                   │ (a `type` first: it picks the class the other flags fill)
+                                   ├──▶ cli.config_from_flags ──▶ RunConfig again
+                                   └──to_argv──▶ ["--env.type=metaworld", ...] (a command to show or rerun)
+
+Used to rebuild a RunConfig (`cli.config_from_dict`), the command a report shows when a run
+recorded none (`report.runs.command_line`), and the command `rollbench merge` writes for the
+run whose shards it merged (`cli.rerun_argv`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def to_flags(data: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Flag name (without `--`) -> value: nested sections become dotted names, a benchmark's
+    or policy's `options` its own flags, booleans `true`/`false`, lists comma-joined; None
+    (unset) is left out."""
+    out: dict[str, str] = {}
+    for key in sorted(data, key=lambda k: k != "type"):  # stable: the rest keep their order
+        value = data[key]
+        if value is None:
+            continue
+        if isinstance(value, Mapping):
+            out.update(to_flags(value, prefix if key == "options" else f"{prefix}{key}."))
+        elif isinstance(value, list | tuple):
+            out[f"{prefix}{key}"] = ",".join(map(str, value))
+        else:
+            out[f"{prefix}{key}"] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
+
+
+def to_argv(flags: Mapping[str, str]) -> list[str]:
+    return [f"--{name}={value}" for name, value in flags.items()]
