@@ -3,6 +3,7 @@ result; a failed shard is named with its log and the command that reruns just it
 
 from __future__ import annotations
 
+import json
 import shlex
 import signal
 import subprocess
@@ -38,6 +39,16 @@ def test_local_shards_match_one_process(tmp_path: Path, single: dict, n: int) ->
     assert all((tmp_path / "logs" / f"shard-{k}.log").stat().st_size > 0 for k in range(n))
     # one combined progress line on stderr, not the children's
     assert "episodes 12/12" in res.err
+    # the run is closed once, by the launcher: a child runs and logs its shard, and hands it
+    # what it decided and counted (logs/shard-K.json) instead of writing eval_info.json itself
+    for k in range(n):
+        text = (tmp_path / "logs" / f"shard-{k}.log").read_text()
+        assert f"for shard {k} of {n}; the launcher closes the run" in text and "overall" not in text
+    shards = info["scheduling"]["shards"]
+    assert [s["shard_id"] for s in shards] == list(range(n)) and all(s["workers"] >= 1 for s in shards)
+    per_child = [json.loads((tmp_path / "logs" / f"shard-{k}.json").read_text()) for k in range(n)]
+    assert sum(c["ran"] for c in per_child) == 12
+    assert info["policy_calls"]["calls"] == sum(c["policy_calls"]["calls"] for c in per_child) > 0
 
 
 def test_local_launch_resumes_and_reruns_nothing_done(tmp_path: Path, single: dict) -> None:

@@ -339,6 +339,10 @@ def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
 
         executor = LocalExecutor()
     outcome = run_eval(cfg, executor, command=argv)
+    if outcome.info is None:  # a shard child: its launcher closes the run
+        print(f"{outcome.ran} episodes run {outcome.how} for shard {cfg.eval.shard_id} of {cfg.eval.num_shards}; "
+              f"the launcher closes the run in {outcome.output_dir}")
+        return 0 if outcome.ok else 1
     info = outcome.info.to_json()
     print(table(info))
     print(f"\n{outcome.ran} episodes run {outcome.how}; {info['status']} results in {outcome.output_dir / 'eval_info.json'}")

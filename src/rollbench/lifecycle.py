@@ -26,6 +26,7 @@ from typing import Any
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError, DiskFull, RollbenchError, RunInterrupted
 from rollbench.executors.base import Executor, Run
+from rollbench.executors.shards import launched_child, write_shard_facts
 from rollbench.plan import EpisodeUnit, UnitKey, pending, plan_for
 from rollbench.progress import Progress
 from rollbench.results import eval_info
@@ -56,7 +57,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class RunOutcome:
     output_dir: Path
-    info: EvalInfo
+    info: EvalInfo | None  # None: a shard child of --launch=local, whose launcher closes the run
     ran: int  # episodes run by this command
     failed: int  # units of this run's share logged as failed (other shards' failures are theirs)
     how: str  # e.g. "(continuous mode)", "in 3 shard processes"
@@ -236,11 +237,14 @@ def run_eval(
 ) -> RunOutcome:
     """Open the run, execute what is left of it, close it."""
     plan = check(cfg)
+    child = launched_child(cfg)
     try:
         executor.setup(cfg)  # a bad policy fails here, before any output is written
         run = open_run(cfg, plan, executor.share(cfg, plan))
         executor.start(run)
         ran = _drive(run, executor, progress_stream)
+        if child:  # the launcher closes the run once, with every child's facts
+            return _child_outcome(run, executor, plan, ran)
         merged, info = close_run(run.output_dir, cfg, plan, executor.facts(), command, run.opened_at,
                                  merge_dataset=executor.logs_itself or cfg.eval.num_shards == 1)
         if not executor.logs_itself:
@@ -258,6 +262,19 @@ def run_eval(
     failed = sum(1 for u in run.units if u.key in merged.records and not merged.records[u.key].ok)  # counted units
     page = write_report(run.output_dir) if cfg.eval.report else None
     return RunOutcome(run.output_dir, info, ran, failed, executor.describe(), problems, page)
+
+
+def _child_outcome(run: Run, executor: Executor, plan: list[EpisodeUnit], ran: int) -> RunOutcome:
+    """A `--launch=local` child's end: what it decided and counted goes to logs/shard-K.json
+    for the launcher's eval_info.json; no eval_info.json, report or dataset of its own."""
+    facts = executor.facts()
+    write_shard_facts(run.output_dir, run.cfg.eval.shard_id, {
+        "shard_id": run.cfg.eval.shard_id, "ran": ran, "mode": facts.mode, "scheduling": facts.scheduling,
+        "policy_calls": facts.policy_calls, "startup": facts.startup, "tune": facts.tune,
+    })
+    records = merge(read_records(run.output_dir), plan).records
+    failed = sum(1 for u in run.units if u.key in records and not records[u.key].ok)
+    return RunOutcome(run.output_dir, None, ran, failed, executor.describe(), [], None)
 
 
 def _disk_full(err: OSError, cfg: RunConfig, plan: list[EpisodeUnit], executor: Executor) -> DiskFull:

@@ -9,7 +9,9 @@ into the same output_dir. Each child resumes on its own from the episode logs, w
 own `episodes/<writer>.jsonl`, and sends its stdout/stderr to `logs/shard-K.log`. The
 parent only watches: it tails the episode logs for one combined progress line and stops
 the children on Ctrl-C. Opening and closing the run (run.json, the final merge into
-`eval_info.json`) are the lifecycle's, as for every other executor.
+`eval_info.json`) are the lifecycle's, as for every other executor, and happen once, here:
+a child (`CHILD_ENV` in its environment) only runs and logs its shard, and leaves what it
+decided and counted in `logs/shard-K.json` for this process's eval_info.json.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import json
 import logging
 import os
 import shlex
@@ -27,7 +30,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError
@@ -43,6 +46,9 @@ from rollbench.scheduler.common import cpu_count
 log = logging.getLogger(__name__)
 
 LOGS_DIR = "logs"
+#: set in each child's environment (to the launcher's pid): the child runs and logs its shard,
+#: writes what it decided to `logs/shard-K.json`, and leaves closing the run to the launcher
+CHILD_ENV = "ROLLBENCH_LAUNCHED_BY"
 POLL_S = 1.0
 STOP_GRACE_S = 10.0
 TAIL_LINES = 15
@@ -52,6 +58,7 @@ _CHILD_FLAGS = ("eval.shard_id", "launch", "output_dir", "resume")
 
 def child_env(base: dict[str, str], gl: str, gpu: Gpu | None) -> dict[str, str]:
     env = dict(base)
+    env[CHILD_ENV] = str(os.getpid())
     # N processes each with a full BLAS/OpenMP thread pool oversubscribe the cores
     env["OMP_NUM_THREADS"] = "1"
     env["MUJOCO_GL"] = gl
@@ -60,6 +67,30 @@ def child_env(base: dict[str, str], gl: str, gpu: Gpu | None) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu.index)
         env["MUJOCO_EGL_DEVICE_ID"] = str(gpu.index)
     return env
+
+
+def launched_child(cfg: RunConfig) -> bool:
+    """Whether this process is a shard child of a `--launch=local` launcher (which closes the run)."""
+    return bool(os.environ.get(CHILD_ENV)) and cfg.launch == "none"
+
+
+def shard_facts(output_dir: str | Path, shard_id: int) -> Path:
+    return Path(output_dir) / LOGS_DIR / f"shard-{shard_id}.json"
+
+
+def write_shard_facts(output_dir: str | Path, shard_id: int, facts: dict[str, Any]) -> None:
+    from rollbench.results.store import write_json_atomic
+
+    write_json_atomic(shard_facts(output_dir, shard_id), facts)
+
+
+def read_shard_facts(output_dir: str | Path, shard_id: int) -> dict[str, Any] | None:
+    """A child's facts, or None if it wrote none (it failed before the end of its shard)."""
+    try:
+        data = json.loads(shard_facts(output_dir, shard_id).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 # -- commands ---------------------------------------------------------------------------
@@ -221,6 +252,7 @@ class LocalShardsExecutor(Executor):
                     yield rec
 
         for k in range(cfg.eval.num_shards):
+            shard_facts(run.output_dir, k).unlink(missing_ok=True)  # an earlier launch's
             argv = child_argv(self.flags, cfg, k, self.tuned)
             log_path = run.output_dir / LOGS_DIR / f"shard-{k}.log"
             fh = open(log_path, "ab")  # noqa: SIM115 (closed in close())
@@ -252,8 +284,18 @@ class LocalShardsExecutor(Executor):
         return f"to resume, run the same command again: {resume_command(self.flags, self.cfg)}"
 
     def facts(self) -> ExecutionFacts:
+        """The launch, and what each child decided and counted (its `logs/shard-K.json`)."""
         assert self.cfg is not None
-        return ExecutionFacts("launch-local", launch={
+        children = [read_shard_facts(self.cfg.output_dir, s.shard_id) for s in self.shards]
+        calls, rows = 0, 0
+        for child in children:
+            counted = (child or {}).get("policy_calls") or {}
+            calls, rows = calls + int(counted.get("calls", 0)), rows + int(counted.get("rows", 0))
+        policy_calls = {"calls": calls, "rows": rows, "rows_per_call": round(rows / calls, 3)} if calls else None
+        scheduling = {"executor": "launch-local", "shards": [
+            {"shard_id": s.shard_id, **((child or {}).get("scheduling") or {})} for s, child in zip(self.shards, children, strict=True)
+        ]} if self.shards else None
+        return ExecutionFacts("launch-local", scheduling=scheduling, policy_calls=policy_calls, launch={
             "num_shards": self.cfg.eval.num_shards,
             "mujoco_gl": self.gl,
             "shards": [
