@@ -171,3 +171,36 @@ def test_a_policy_servers_key_is_never_written_and_transport_options_are_not_ide
     assert a.identity() == cfg(timeout_s="60", connect_retries="9").identity()  # how to reach it, not which
     other = config_from_flags({"env.type": "fake", "policy.type": "remote", "policy.url": "ws://127.0.0.1:10", "output_dir": "x"})
     assert a.identity() != other.identity()  # another server may be another policy
+
+
+@pytest.mark.parametrize("flags", [
+    ("--eval.mode=continuous", "--workers=2"),
+    ("--eval.mode=lockstep", "--eval.batch_size=3"),
+    ("--eval.mode=continuous", "--workers=2", "--eval.ci_width=0.5", "--eval.ci_block=2"),
+])
+def test_a_run_decides_its_schedule_backend_and_stop_rule_once(cli, tmp_path: Path, monkeypatch, flags) -> None:
+    """Following one run through the lifecycle: the schedule, the render backend and the
+    stop rule are each decided once (the close reuses the opened run's rule)."""
+    import rollbench.executors.local as local
+    import rollbench.lifecycle as lifecycle
+    import rollbench.scheduler.decide as scheduling
+
+    calls: Counter[str] = Counter()
+
+    def spy(module, name: str) -> None:
+        real = getattr(module, name)
+
+        def counted(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+
+    spy(local, "decide")
+    spy(scheduling, "choose_backend")
+    spy(lifecycle, "stop_rule")
+    res = cli(*FAKE, "--policy.type=expert", *flags, f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    assert calls == {"decide": 1, "choose_backend": 1, "stop_rule": 1}, calls
+    info = load_info(tmp_path)
+    assert info["scheduling"]["mode"] == flags[0].split("=")[1]

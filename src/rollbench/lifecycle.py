@@ -163,17 +163,26 @@ def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) 
 def close_run(
     output_dir: Path, cfg: RunConfig, plan: list[EpisodeUnit], how: ExecutionFacts,
     command: list[str] | None = None, started: float | None = None, recursive: bool = False,
-    merge_dataset: bool = True,
+    merge_dataset: bool = True, opened: Run | None = None,
 ) -> tuple[Merged, EvalInfo]:
     """Merge every log under `output_dir` into one EvalInfo and write it atomically; the
     merged records that count (an adaptive run: each task's prefix, plan included).
     `merge_dataset`: a recorded run's parts are joined into its dataset (not by a shard
-    process: the launcher, or `rollbench merge`, joins every shard's)."""
+    process: the launcher, or `rollbench merge`, joins every shard's). `opened`: the run
+    `open_run` opened, whose stop rule (or none) is applied again: built once per run; a
+    merge, which opened nothing, builds its own."""
     merged = merge(read_records(output_dir, recursive=recursive), plan)
     if merged.conflicts:
         log.warning("%d units have conflicting results in the logs; see eval_info.json 'conflicts'", len(merged.conflicts))
     took = time.time() - started if started is not None else None
-    rule = stop_rule(cfg)
+    rule: Rule | None
+    if opened is None:
+        rule = stop_rule(cfg)
+    elif opened.stops is not None:
+        rule = opened.stops.rule
+        rule.refresh()  # the other run of a comparison: all it logged until now
+    else:
+        rule = None
     stopped = None if rule is None else (rule, apply_stops(rule, merged))
     info = eval_info.build(merged, cfg, output_dir, how, command, took, stopped)
     counted = merged if stopped is None else stopped[1].merged
@@ -246,7 +255,7 @@ def run_eval(
         if child:  # the launcher closes the run once, with every child's facts
             return _child_outcome(run, executor, plan, ran)
         merged, info = close_run(run.output_dir, cfg, plan, executor.facts(), command, run.opened_at,
-                                 merge_dataset=executor.logs_itself or cfg.eval.num_shards == 1)
+                                 merge_dataset=executor.logs_itself or cfg.eval.num_shards == 1, opened=run)
         if not executor.logs_itself:
             counted = {u.key for u in merged.plan}
             lost = [u for u in run.todo if u.key in counted and u.key not in merged.records]

@@ -18,7 +18,7 @@ from rollbench import timeline
 from rollbench.config.run import RunConfig
 from rollbench.executors.base import Executor, Run
 from rollbench.policies.base import Policy
-from rollbench.rendering import apply_backend, choose_backend
+from rollbench.rendering import apply_backend
 from rollbench.results.eval_info import ExecutionFacts
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.video import check_encoder
@@ -57,12 +57,12 @@ class LocalExecutor(Executor):
             t0 = time.perf_counter()
             self.policy.ready()  # the probe needs it whole, and its load time
             self.load_s += time.perf_counter() - t0
-            cfg, _, rec, use = tune.for_eval(cfg, self.policy, self.load_s, self.rss_before)
+            _, rec, use = tune.for_eval(cfg, self.policy, self.load_s, self.rss_before)
             self.tuned = tune.prediction(rec, use)
-            self.cfg = cfg
-        backend = choose_backend(cfg.render_device)
-        apply_backend(backend)  # this process renders in lockstep mode; workers get it in their spec
-        self.schedule = decide(cfg, self.policy, len(run.todo), backend)
+        else:
+            rec = None
+        self.schedule = decide(cfg, self.policy, len(run.todo), rec)
+        apply_backend(self.schedule.gl_backend)  # this process renders in lockstep mode; workers get it in their spec
         warn_if_costly(cfg, run.todo, max(1, self.schedule.workers))  # say so before the run when videos cost much of it
         if self.schedule.placement == "worker":
             self.policy.close()  # every worker builds its own

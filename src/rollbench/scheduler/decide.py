@@ -1,6 +1,7 @@
 """How this process runs its units: every scheduling setting decided once, in one place.
 
-    RunConfig + the built policy + the units to run + the render backend  ->  Schedule
+    RunConfig + the built policy + the units to run + the render backend
+      (+ --workers=auto's recommendation, which fills what the user left unset)  ->  Schedule
 
 The `Schedule` is what the schedulers are handed (as `LockstepOptions` or `PoolOptions`)
 and what `eval_info.json` records as `scheduling`: the numbers in it are the ones that run
@@ -10,14 +11,17 @@ units need).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError
+from rollbench.rendering import Gpu, choose_backend, user_backend
 from rollbench.rollout import VideoPlan
 from rollbench.scheduler.common import cpu_count
 from rollbench.scheduler.lockstep import LockstepOptions
@@ -106,8 +110,57 @@ def decide_placement(cfg: RunConfig, policy: Any) -> str:
     return "worker" if getattr(policy, "cheap", False) and cfg.policy.device == "cpu" else "driver"
 
 
-def decide(cfg: RunConfig, policy: Any, n_units: int, gl_backend: str) -> Schedule:
-    """The schedule for running `n_units` units of `cfg` with `policy` (already built)."""
+class Recommended(Protocol):
+    """What `decide` reads of `rollbench tune`'s recommendation (tune.model.Recommendation)."""
+
+    @property
+    def mode(self) -> str: ...
+    @property
+    def workers(self) -> int: ...
+    @property
+    def slots_per_worker(self) -> int: ...
+    @property
+    def envs_per_batch(self) -> int | None: ...
+    @property
+    def max_rows_per_call(self) -> int | None: ...
+    @property
+    def use_async_envs(self) -> bool: ...
+    @property
+    def render_device(self) -> str: ...
+
+
+def tuned(cfg: RunConfig, rec: Recommended | None) -> RunConfig:
+    """The settings `decide` schedules with: the user's, with --workers=auto's recommendation
+    where the user left a setting unset (a MUJOCO_GL the user set keeps winning). The run's
+    config itself is never rewritten: eval_info.json records what the user asked for, and
+    `scheduling` what ran."""
+    if rec is None:
+        return cfg
+    changes: dict[str, Any] = {"workers": rec.workers}
+    eval_changes: dict[str, Any] = {}
+    if rec.mode == "continuous":
+        changes["slots_per_worker"] = cfg.slots_per_worker or rec.slots_per_worker
+        if rec.max_rows_per_call is not None and cfg.policy.max_batch_size is None:
+            changes["policy"] = dataclasses.replace(cfg.policy, max_batch_size=rec.max_rows_per_call)
+    else:
+        if cfg.eval.batch_size is None:
+            eval_changes["batch_size"] = rec.envs_per_batch
+        if cfg.eval.isolation == "none" and not cfg.eval.use_async_envs:
+            eval_changes["use_async_envs"] = rec.use_async_envs
+    if cfg.render_device == "auto" and user_backend() is None:
+        changes["render_device"] = rec.render_device
+    if eval_changes:
+        changes["eval"] = dataclasses.replace(cfg.eval, **eval_changes)
+    return dataclasses.replace(cfg, **changes)
+
+
+def decide(cfg: RunConfig, policy: Any, n_units: int, rec: Recommended | None = None,
+           gpus: Sequence[Gpu] | None = None) -> Schedule:
+    """The schedule for running `n_units` units of `cfg` with `policy` (already built), and
+    the render backend of this process and its workers, decided here once (`gpus`: those
+    found, when the caller looked already)."""
+    cfg = tuned(cfg, rec)
+    gl_backend = choose_backend(cfg.render_device, gpus)
     mode = decide_mode(cfg, policy)
     if mode == "lockstep":
         envs = cfg.eval.envs_per_batch

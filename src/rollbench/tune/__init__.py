@@ -26,7 +26,6 @@ from typing import Any
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError
 from rollbench.policies.base import Policy
-from rollbench.rendering import user_backend
 from rollbench.tune.figures import SCHEMA, EnvProbe, PolicyProbe, Probe, RunShape, estimated
 from rollbench.tune.model import Recommendation, recommend
 
@@ -274,28 +273,6 @@ def load(path: str) -> Probe:
         raise ConfigError(f"--tune.load={path}: not a `rollbench tune` JSON this version can read ({err})") from None
 
 
-def apply(cfg: RunConfig, rec: Recommendation) -> RunConfig:
-    """The run's config with the recommendation's scheduling settings (never its results)."""
-    changes: dict[str, Any] = {}
-    eval_changes: dict[str, Any] = {}
-    if rec.mode == "continuous":
-        changes["workers"] = rec.workers
-        changes["slots_per_worker"] = cfg.slots_per_worker or rec.slots_per_worker
-        if rec.max_rows_per_call is not None and cfg.policy.max_batch_size is None:
-            changes["policy"] = dataclasses.replace(cfg.policy, max_batch_size=rec.max_rows_per_call)
-    else:
-        changes["workers"] = rec.workers
-        if cfg.eval.batch_size is None:
-            eval_changes["batch_size"] = rec.envs_per_batch
-        if cfg.eval.isolation == "none" and not cfg.eval.use_async_envs:
-            eval_changes["use_async_envs"] = rec.use_async_envs
-    if cfg.render_device == "auto" and user_backend() is None:
-        changes["render_device"] = rec.render_device  # a MUJOCO_GL the user set keeps winning
-    if eval_changes:
-        changes["eval"] = dataclasses.replace(cfg.eval, **eval_changes)
-    return dataclasses.replace(cfg, **changes)
-
-
 #: what `predicted_steps_per_s` predicts, in eval_info.json's terms
 PREDICTS = "env-steps / overall.eval_s (the first episode's start to the last episode's end; start-up excluded)"
 
@@ -362,9 +339,10 @@ def _this_run(cfg: RunConfig, probe: Probe) -> Probe:
     return dataclasses.replace(probe, run=run_shape(cfg, n))
 
 
-def for_eval(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int) -> tuple[RunConfig, Probe | None, Recommendation | None, ProbeUse]:
+def for_eval(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int) -> tuple[Probe | None, Recommendation | None, ProbeUse]:
     """`--workers=auto`: load, reuse or measure a probe (or none, for a run too short to pay
-    for one), recommend, apply. Logs one line that says which."""
+    for one), and recommend; `scheduler.decide` takes the recommendation (the config is
+    never rewritten). Logs one line that says which."""
     from rollbench.plan import plan_for, shard
     from rollbench.tune import budget as b
     from rollbench.tune import cache
@@ -404,12 +382,12 @@ def for_eval(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int) -> 
                 use = ProbeUse("measured", time.monotonic() - t0, str(stored) if stored else "", why, budget)
     if probe is None:
         log.info("--workers=auto: %s", use.line(None))
-        return dataclasses.replace(cfg, workers=None), None, None, use
+        return None, None, use
     rec = recommend(probe)
     log.info("--workers=auto: %s", use.line(rec))
     log.info("--workers=auto: %s", " ".join(recommended_flags(rec)))
     log.info("--workers=auto: %s", rec.bottleneck)
-    return apply(cfg, rec), probe, rec, use
+    return probe, rec, use
 
 
 def default_tune_path(cfg: RunConfig) -> Path:
