@@ -204,3 +204,21 @@ def test_a_run_decides_its_schedule_backend_and_stop_rule_once(cli, tmp_path: Pa
     assert calls == {"decide": 1, "choose_backend": 1, "stop_rule": 1}, calls
     info = load_info(tmp_path)
     assert info["scheduling"]["mode"] == flags[0].split("=")[1]
+
+
+@pytest.mark.parametrize("placement, omp", [("worker", None), ("driver", None), ("worker", "2")])
+def test_threads_are_fields_of_the_schedule_handed_to_the_workers(tmp_path: Path, placement: str, omp: str | None) -> None:
+    """Workers run with the schedule's threads (1, or the user's $OMP_NUM_THREADS), set from
+    their spec, and a driver that runs the policy beside them takes the cores they leave."""
+    env = {"OMP_NUM_THREADS": omp} if omp else {}
+    res = run_subprocess(*FAKE, "--policy.type=expert", "--eval.mode=continuous", "--workers=2",
+                         f"--policy.placement={placement}", f"--output_dir={tmp_path}", **env)
+    assert res.rc == 0, res.err
+    sched = load_info(tmp_path)["scheduling"]
+    threads = int(omp or 1)
+    assert sched["worker_threads"] == threads
+    from rollbench.scheduler.common import cpu_count
+
+    assert sched["driver_threads"] == (None if placement == "worker" else max(1, cpu_count() - 2))  # the cores left
+    for k in range(2):
+        assert f"{threads} OpenMP/torch threads" in (tmp_path / "logs" / f"worker-{k}.log").read_text()

@@ -31,7 +31,7 @@ from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
 from rollbench.results.adaptive import Stops
 from rollbench.results.records import EpisodeRecord
-from rollbench.scheduler.common import HELD_POLL_S, StepContext, act_surviving, cpu_count, driver_threads
+from rollbench.scheduler.common import HELD_POLL_S, StepContext, act_surviving
 from rollbench.scheduler.pool import PoolOptions, WorkerHandle, WorkerPool, flat_layout, retry_or_fail
 from rollbench.scheduler.shm import stack_any
 from rollbench.scheduler.worker import Report, SlotError
@@ -278,7 +278,7 @@ class ContinuousScheduler(WorkerPool):
             if self.opts.placement == "worker":
                 yield from self._run_worker_placement()
             else:
-                with _torch_threads(driver_threads(cpu_count(), self.opts.workers)):
+                with _torch_threads(self.opts.driver_threads):
                     yield from self._run_driver_placement()
         finally:
             self.close()
@@ -380,7 +380,7 @@ class ContinuousScheduler(WorkerPool):
 
 
 @contextlib.contextmanager
-def _torch_threads(n: int) -> Iterator[None]:
+def _torch_threads(n: int | None) -> Iterator[None]:
     """At most `n` torch intra-op threads in this process while the block runs.
 
     Driver placement: the workers keep the cores busy with envs while the driver runs the
@@ -390,7 +390,7 @@ def _torch_threads(n: int) -> Iterator[None]:
     run took 138 s instead of 32 s. A user's $OMP_NUM_THREADS (or a smaller pool) is kept.
     """
     torch = sys.modules.get("torch")  # a policy that uses torch has imported it by now
-    if torch is None or os.environ.get("OMP_NUM_THREADS") or torch.get_num_threads() <= n:
+    if n is None or torch is None or os.environ.get("OMP_NUM_THREADS") or torch.get_num_threads() <= n:
         yield
         return
     before = torch.get_num_threads()

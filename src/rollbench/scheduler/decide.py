@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError
 from rollbench.rendering import Gpu, choose_backend, user_backend
 from rollbench.rollout import VideoPlan
-from rollbench.scheduler.common import cpu_count
+from rollbench.scheduler.common import cpu_count, driver_threads
 from rollbench.scheduler.lockstep import LockstepOptions
 from rollbench.scheduler.pool import PoolOptions
 
@@ -45,6 +46,11 @@ class Schedule:
     use_async_envs: bool  # lockstep, same process: the vector env steps in subprocesses
     gl_backend: str  # MUJOCO_GL of this process and every worker
     isolation: str = "process"  # lockstep: process (envs in env workers) | none (this process)
+    # torch intra-op threads of this process while it runs the policy beside the workers: the
+    # cores they leave (continuous, driver placement). None: left as they are: lockstep runs
+    # the policy as lerobot-eval does, whose per-action parity must hold (docs/architecture.md)
+    driver_threads: int | None = None
+    worker_threads: int = 1  # OpenMP and torch threads of each worker: 1, or the user's $OMP_NUM_THREADS
 
     def lockstep_options(self, cfg: RunConfig) -> LockstepOptions:
         assert self.mode == "lockstep" and self.envs_per_batch is not None
@@ -62,7 +68,14 @@ class Schedule:
             max_retries=cfg.eval.max_retries, step_timeout_s=cfg.eval.step_timeout_s,
             log_dir=Path(cfg.output_dir) / "logs", gl_backend=self.gl_backend, video=video_plan(cfg),
             max_rows_per_call=self.max_rows_per_call, record_mode=cfg.eval.record_mode,
+            driver_threads=self.driver_threads, worker_threads=self.worker_threads,
         )
+
+
+def _user_threads() -> int | None:
+    """$OMP_NUM_THREADS, when the user set a whole number."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 def video_plan(cfg: RunConfig) -> VideoPlan | None:
@@ -161,6 +174,7 @@ def decide(cfg: RunConfig, policy: Any, n_units: int, rec: Recommended | None = 
     found, when the caller looked already)."""
     cfg = tuned(cfg, rec)
     gl_backend = choose_backend(cfg.render_device, gpus)
+    threads = _user_threads() or 1
     mode = decide_mode(cfg, policy)
     if mode == "lockstep":
         envs = cfg.eval.envs_per_batch
@@ -174,7 +188,8 @@ def decide(cfg: RunConfig, policy: Any, n_units: int, rec: Recommended | None = 
                 f"every policy call takes one row per env of the batch: lower --eval.batch_size instead"
             )
         if cfg.eval.isolation == "none":
-            return Schedule("lockstep", "driver", 0, 0, envs, None, cfg.eval.use_async_envs, gl_backend, "none")
+            return Schedule("lockstep", "driver", 0, 0, envs, None, cfg.eval.use_async_envs, gl_backend, "none",
+                            worker_threads=threads)
         if cfg.eval.use_async_envs:
             log.info("--eval.use_async_envs: the batch's envs already step in env worker processes "
                      "(--eval.isolation=process); it only picks AsyncVectorEnv with --eval.isolation=none")
@@ -182,7 +197,8 @@ def decide(cfg: RunConfig, policy: Any, n_units: int, rec: Recommended | None = 
         requested = cfg.workers if isinstance(cfg.workers, int) else cpu_count()
         workers = max(1, min(envs, requested // cfg.eval.max_parallel_tasks)) if n_units else 0
         slots = math.ceil(envs / workers) if workers else 0
-        return Schedule("lockstep", "driver", workers, slots, envs, None, False, gl_backend, "process")
+        return Schedule("lockstep", "driver", workers, slots, envs, None, False, gl_backend, "process",
+                        worker_threads=threads)
     if cfg.eval.batch_size is not None:
         log.warning(
             "--eval.batch_size=%d sets the envs of a lockstep batch (lerobot-eval's meaning); continuous mode runs "
@@ -195,4 +211,6 @@ def decide(cfg: RunConfig, policy: Any, n_units: int, rec: Recommended | None = 
     # never more workers than the units can keep busy: each worker takes at least one unit
     workers = min(requested, math.ceil(n_units / slots))
     rows = cfg.policy.max_batch_size if placement == "driver" else None
-    return Schedule("continuous", placement, workers, slots, None, rows, False, gl_backend)
+    driving = driver_threads(cpu_count(), workers) if placement == "driver" else None
+    return Schedule("continuous", placement, workers, slots, None, rows, False, gl_backend,
+                    driver_threads=driving, worker_threads=threads)

@@ -51,6 +51,8 @@ class PoolOptions:
     video: VideoPlan | None = None
     max_rows_per_call: int | None = None  # driver placement: --policy.max_batch_size
     record_mode: str | None = None  # --eval.recording: whose frames the workers keep (rollout.RECORD_MODES)
+    driver_threads: int | None = None  # torch threads of this process while it drives (None: as they are)
+    worker_threads: int = 1  # OpenMP and torch threads of each worker
 
 
 @dataclass
@@ -155,15 +157,18 @@ class WorkerPool:
     def start(self) -> None:
         self.opts.log_dir.mkdir(parents=True, exist_ok=True)
         sweep_shm()
-        # one BLAS/OpenMP thread per worker: N workers with a full pool each oversubscribe
-        # the cores (the forkserver, started by the first spawn, passes this on)
+        # one BLAS/OpenMP thread per worker (`worker_threads`): N workers with a full pool each
+        # oversubscribe the cores. Each worker sets it again from its spec; the forkserver,
+        # started by the first spawn, passes this on to what loads before that
         prev = os.environ.get("OMP_NUM_THREADS")
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        os.environ["OMP_NUM_THREADS"] = str(self.opts.worker_threads)
         try:
             self.workers = [self.spawn(i) for i in range(self.opts.workers)]
         finally:
             if prev is None:
                 os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = prev
 
     def spawn(self, index: int, buffer: SlotBuffer | None = None) -> WorkerHandle:
         k = self.opts.slots_per_worker
@@ -175,7 +180,7 @@ class WorkerPool:
             index=index, n_slots=k, benchmark=self.ctx.benchmark,
             policy=self.ctx.policy_config if self.opts.placement == "worker" else None,
             layout=self.layout, buffer_path=path, log_path=str(log_path), gl_backend=self.opts.gl_backend,
-            video=self.opts.video, record_mode=self.opts.record_mode,
+            video=self.opts.video, record_mode=self.opts.record_mode, threads=self.opts.worker_threads,
         )
         with open(log_path, "a", encoding="utf-8") as fh:
             fh.write(f"--- worker {index} starting at {time.strftime('%H:%M:%S')} ---\n")

@@ -57,6 +57,7 @@ class WorkerSpec:
     video: VideoPlan | None = None
     env_cache: int = 4  # idle envs kept per worker, across tasks
     record_mode: str | None = None  # --eval.recording: keep the frames of these episodes (rollout.RECORD_MODES)
+    threads: int = 1  # OpenMP and torch intra-op threads of this worker (`Schedule.worker_threads`)
 
 
 @dataclass
@@ -367,8 +368,16 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log
     apply_backend(spec.gl_backend)
+    # the schedule's threads, set here and not left to the environment the forkserver had
+    # (an OpenMP runtime already loaded while the spec was unpickled reads it too late)
+    os.environ["OMP_NUM_THREADS"] = str(spec.threads)
     try:
         worker = Worker(spec, conn)
+        torch = sys.modules.get("torch")  # a policy that uses torch has imported it by now
+        if torch is not None:
+            torch.set_num_threads(spec.threads)
+        print(f"worker {spec.index} (pid {os.getpid()}): MUJOCO_GL={spec.gl_backend}, {spec.threads} OpenMP/torch "
+              f"threads", file=sys.stderr, flush=True)
         worker.buffer.touch()
         try:
             if spec.policy is not None:
