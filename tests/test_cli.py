@@ -88,6 +88,12 @@ def test_eval_help_documents_every_flag(cli):
         assert f"--policy.{name}  (" in text, name
     for policy in POLICIES.names():
         assert policy in text
+        own = getattr(POLICIES.get(policy), "options_class", None)
+        if own is not None:  # a policy type's own flags, under its own heading
+            section = text.split(f"--policy.type={policy}:", 1)[1].split("\n\n", 1)[0]
+            for name in _init_fields(own):
+                assert f"--policy.{name}  (" in section, (policy, name)
+    assert "--policy.type=expert:" in text and "--policy.type=remote:" in text
     # every benchmark's own fields, under its own heading
     for bench in ("fake", "gym", "metaworld", "pusht"):
         section = text.split(f"--env.type={bench}:", 1)[1].split("--env.type=", 1)[0]

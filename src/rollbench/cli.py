@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import importlib
 import logging
 import os
 import sys
@@ -30,6 +29,7 @@ from rollbench.config.tune import TuneConfig
 from rollbench.errors import ConfigError, RollbenchError, did_you_mean
 from rollbench.flags import benchmark_from_flags, group, policy_from_flags
 from rollbench.policies.base import POLICIES
+from rollbench.registry import load_plugins
 
 if TYPE_CHECKING:
     from rollbench.executors.base import Executor
@@ -70,15 +70,6 @@ def parse_flags(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
             positional.append(token)
         i += 1
     return flags, positional
-
-
-def load_plugins() -> None:
-    """Import the modules named in $ROLLBENCH_PLUGINS (comma list): they may register plugins."""
-    for name in filter(None, (p.strip() for p in os.environ.get("ROLLBENCH_PLUGINS", "").split(","))):
-        try:
-            importlib.import_module(name)
-        except Exception as err:
-            raise ConfigError(f"ROLLBENCH_PLUGINS: cannot import {name!r} ({type(err).__name__}: {err})") from None
 
 
 def default_output_dir(env_type: str, policy_type: str, job_name: str | None = None) -> str:
@@ -150,6 +141,22 @@ def _rows(rows: list[tuple[str, str, str]]) -> str:
     return "\n".join(out)
 
 
+def policy_type_help() -> list[str]:
+    """The own --policy.* flags of every policy type that declares them (`options_class`)."""
+    parts: list[str] = []
+    for name in POLICIES.names():
+        try:
+            factory = POLICIES.get(name)
+        except Exception as err:  # a broken third-party plugin must not break --help
+            parts.append(f"\n  --policy.type={name}: cannot load ({err})")
+            continue
+        options = getattr(factory, "options_class", None)
+        if options is not None:
+            doc = (factory.__doc__ or "").strip().splitlines()[0] if factory.__doc__ else ""
+            parts += ["", f"  --policy.type={name}: {doc}", _rows(field_help(options, "policy."))]
+    return parts
+
+
 def eval_help() -> str:
     parts = [
         "usage: rollbench eval --env.type=NAME [--env.FIELD=VALUE ...] --policy.type=TYPE [flags]",
@@ -174,6 +181,7 @@ def eval_help() -> str:
         _rows([r for r in field_help(PolicyConfig, "policy.") if r[0] != "--policy.options"]),
         "  --policy.type  (" + "|".join(POLICIES.names()) + ")",
         "      which policy adapter to use",
+        *policy_type_help(),
         "",
         "env (--env.type picks the benchmark; each takes its own fields):",
         "  --env.type  (" + "|".join(BENCHMARKS.names()) + ")",

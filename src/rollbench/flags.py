@@ -47,8 +47,13 @@ def policy_from_flags(policy_flags: dict[str, str]) -> PolicyConfig:
             factory = POLICIES.get(ptype)
         except ConfigError as err:
             raise ConfigError(f"--policy.type={ptype!r}: {err}") from None
-        if options and not getattr(factory, "accepts_options", False):
-            key = next(iter(options))
-            hint = did_you_mean(key, sorted(known), "--policy.{}".format)
-            raise ConfigError(f"unknown flag --policy.{key} for --policy.type={ptype}.{hint}")
+        own = getattr(factory, "options_class", None)  # a type's own flags, a dataclass
+        takes = [f.name for f in dataclasses.fields(own)] if own is not None else []
+        if own is not None or not getattr(factory, "accepts_options", False):
+            for key in options:
+                if key not in takes:
+                    hint = did_you_mean(key, sorted(known | set(takes)), "--policy.{}".format)
+                    its = f" Known: {', '.join('--policy.' + n for n in takes)}." if takes else ""
+                    raise ConfigError(f"unknown flag --policy.{key} for --policy.type={ptype}.{hint}{its} "
+                                      f"See `rollbench eval --help`.")
     return build(PolicyConfig, base, "policy.", options=options)

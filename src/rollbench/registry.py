@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Generic, TypeVar
@@ -10,6 +11,21 @@ from typing import Generic, TypeVar
 from rollbench.errors import ConfigError, UnknownNameError, did_you_mean
 
 T = TypeVar("T")
+
+
+def load_plugins() -> None:
+    """Import the modules named in $ROLLBENCH_PLUGINS (comma list): they may register plugins.
+
+    The CLI calls it at start-up (a module that does not import is a configuration error
+    there, before any work); a registry that misses a name calls it too, so that every
+    process rollbench starts (env workers, probe processes, Ray actors) knows the plugins'
+    names without importing them itself. Importing a module twice is a no-op.
+    """
+    for name in filter(None, (p.strip() for p in os.environ.get("ROLLBENCH_PLUGINS", "").split(","))):
+        try:
+            importlib.import_module(name)
+        except Exception as err:
+            raise ConfigError(f"ROLLBENCH_PLUGINS: cannot import {name!r} ({type(err).__name__}: {err})") from None
 
 
 class Registry(Generic[T]):
@@ -67,6 +83,9 @@ class Registry(Generic[T]):
                 self._entries[name] = getattr(module, attr)
             if name in self._entries:
                 return self._entries[name]
+        load_plugins()  # a process rollbench started (an env worker) has not imported them yet
+        if name in self._entries:
+            return self._entries[name]
         known = self.names()
         hint = did_you_mean(name, known)
         raise UnknownNameError(

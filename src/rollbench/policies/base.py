@@ -54,6 +54,14 @@ class Policy(abc.ABC):
     per_slot_state: ClassVar[bool] = True
     #: cheap on a CPU: may run inside each env worker (`--policy.placement=auto`)
     cheap: ClassVar[bool] = False
+    #: a dataclass of this type's own `--policy.<field>` flags (fields declared with `opt`):
+    #: `rollbench eval --help` lists them under `--policy.type=<name>`, an unknown one is refused
+    #: by name when the flags are read, and the adapter builds it from `ctx.config.options`
+    #: (`rollbench.config.fields.build`), which checks the values
+    options_class: ClassVar[type | None] = None
+    #: takes `--policy.<field>` flags that no dataclass lists and checks them itself (LeRobot:
+    #: any field of the checkpoint's config); neither this nor `options_class`: none are taken
+    accepts_options: ClassVar[bool] = False
     #: env steps served per network call (a chunking policy's n_action_steps); `rollbench
     #: tune` amortises the cost of a call over them
     steps_per_inference: int = 1

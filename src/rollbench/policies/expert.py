@@ -14,6 +14,18 @@ from rollbench.errors import ConfigError
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext
 
 
+@dataclass(frozen=True)
+class ExpertOptions:
+    """`--policy.*` flags of `--policy.type=expert`."""
+
+    action_noise: float = opt(0.0, "standard deviation of Gaussian noise added to every action (a degraded expert)")
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.action_noise < math.inf:  # NaN fails too
+            raise ConfigError(f"--policy.action_noise={self.action_noise} is not allowed; it must be a number >= 0 (the "
+                              f"standard deviation of Gaussian noise added to every action)")
+
+
 class ExpertPolicy(Policy):
     """Per-row scripted actions; the expert of each slot's task is looked up at reset.
 
@@ -24,7 +36,7 @@ class ExpertPolicy(Policy):
     """
 
     cheap = True
-    accepts_options = True
+    options_class = ExpertOptions
 
     def __init__(self, ctx: PolicyContext) -> None:
         self._benchmark = ctx.benchmark
@@ -60,15 +72,3 @@ class ExpertPolicy(Policy):
                 action = np.clip(noisy, self._space.low, self._space.high).astype(np.asarray(action).dtype)
             rows.append(action)
         return np.stack(rows)
-
-
-@dataclass(frozen=True)
-class ExpertOptions:
-    """`--policy.*` flags of `--policy.type=expert`."""
-
-    action_noise: float = opt(0.0, "standard deviation of Gaussian noise added to every action (a degraded expert)")
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.action_noise < math.inf:  # NaN fails too
-            raise ConfigError(f"--policy.action_noise={self.action_noise} is not allowed; it must be a number >= 0 (the "
-                              f"standard deviation of Gaussian noise added to every action)")

@@ -187,7 +187,7 @@ RERUN = "the run stops; finished episodes are kept and rerunning the same comman
 class RemotePolicy(Policy):
     """Actions from a policy server, one chunk queue per slot."""
 
-    accepts_options = True
+    options_class = RemoteOptions
     cheap = True  # network I/O only: runs inside every env worker, one connection each
     per_slot_state = True
 
