@@ -181,3 +181,37 @@ class NeedsRenamedState:
 
 def needs_renamed_state() -> NeedsRenamedState:
     return NeedsRenamedState()
+
+
+class _RaisesInReset(_Const):
+    def reset(self, slots: Sequence[int], episodes: Sequence[Any]) -> None:
+        raise ValueError("boom from reset")
+
+
+def raises_in_reset(ctx: Any) -> _Const:
+    """Acts well, but its reset raises (its own bug)."""
+    return _RaisesInReset(ctx, 0.0)
+
+
+class _CheapRaisesInReset(_RaisesInReset):
+    cheap = True  # runs inside the env workers (worker placement)
+
+
+def cheap_raises_in_reset(ctx: Any) -> _Const:
+    return _CheapRaisesInReset(ctx, 0.0)
+
+
+class _ClosesToFile(_Const):
+    """Appends `closed <pid>` to $CLOSED_LOG when closed (a connection, a model's memory freed)."""
+
+    cheap = True  # runs inside the env workers (worker placement)
+
+    def close(self) -> None:
+        import os
+
+        with open(os.environ["CLOSED_LOG"], "a", encoding="utf-8") as fh:
+            fh.write(f"closed {os.getpid()}\n")
+
+
+def closes_to_file(ctx: Any) -> _Const:
+    return _ClosesToFile(ctx, 0.0)

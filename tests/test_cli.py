@@ -429,6 +429,33 @@ def test_module_policy_raising_names_the_policy(cli, tmp_path):
     assert path in line and "boom from the policy" in line
 
 
+@pytest.mark.parametrize("factory, flags", [
+    ("raises_in_reset", ("--eval.mode=lockstep",)),
+    ("raises_in_reset", ("--eval.mode=continuous", "--policy.placement=driver", "--workers=1")),
+    ("cheap_raises_in_reset", ("--eval.mode=continuous", "--workers=1")),  # in the worker
+])
+def test_a_policy_raising_in_reset_is_one_line_naming_it(tmp_path, factory, flags):
+    path = f"helpers_policies:{factory}"
+    res = run_subprocess("eval", "--env.type=fake", "--policy.type=module", f"--policy.path={path}",
+                         "--eval.n_episodes=2", *flags, f"--output_dir={tmp_path}", timeout=120)
+    assert res.rc == 1, res.err
+    line = run_error_line(res)
+    assert line.startswith("rollbench: error: ") and path in line and "ValueError in reset: boom from reset" in line
+    assert "Traceback" not in res.err
+
+
+def test_a_policy_built_in_each_worker_is_closed_when_the_worker_ends(tmp_path):
+    log = tmp_path / "closed.log"
+    res = run_subprocess("eval", "--env.type=fake", "--policy.type=module", "--policy.path=helpers_policies:closes_to_file",
+                         "--eval.mode=continuous", "--workers=2", "--eval.n_episodes=2", f"--output_dir={tmp_path / 'run'}",
+                         timeout=120, CLOSED_LOG=str(log))
+    assert res.rc == 0, res.err
+    assert load_info(tmp_path / "run")["scheduling"]["placement"] == "worker"
+    closed = log.read_text().split()
+    # the driver's copy (closed before the workers start), and one in each of the 2 workers
+    assert closed.count("closed") == 3 and len(set(closed[1::2])) == 3
+
+
 def test_eval_info_is_strict_json_after_a_cli_run(cli, tmp_path):
     res = cli(*FAKE, "--policy.type=random", "--eval.n_episodes=2", f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err

@@ -107,6 +107,15 @@ class StepContext:
         found = own(self.benchmark) if own is not None else None
         return found if found is not None else self.processors
 
+    def reset(self, policy: Policy, slots: Sequence[int], starts: Sequence[EpisodeStart]) -> None:
+        """`policy.reset`, its errors named as `act`'s are: a PolicyError that stops the run."""
+        try:
+            policy.reset(list(slots), list(starts))
+        except (PolicyError, EpisodesLost, ConfigError):
+            raise
+        except Exception as err:  # the policy's own bug: name it, keep the cause for --debug
+            raise PolicyError(f"policy {self.policy_name()} raised {type(err).__name__} in reset: {err}") from err
+
     def act(self, policy: Policy, obs: Any, slots: Sequence[int], prompts: Sequence[str]) -> np.ndarray:
         """Observations (as the env returned them, batched) -> validated env actions."""
         pre, post = self.processors_for(policy)  # built once: this runs every step

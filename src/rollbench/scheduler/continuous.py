@@ -204,7 +204,7 @@ class ContinuousScheduler(WorkerPool):
         started = [(i, u) for i, u in report.started() if w.started[i] and w.slots[i] and w.slots[i][0][0] == u]
         if started and self.policy is not None:
             k = self.opts.slots_per_worker
-            self.policy.reset([w.index * k + i for i, _ in started], [self.ctx.episode_start(u) for _, u in started])
+            self.ctx.reset(self.policy, [w.index * k + i for i, _ in started], [self.ctx.episode_start(u) for _, u in started])
         if ended:
             self._close_finished_tasks()
 

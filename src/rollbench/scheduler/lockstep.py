@@ -239,7 +239,7 @@ class _Lockstep:
         slots = list(range(slot_base, slot_base + n_envs))
         set_episode_index(ctx.benchmark, vec, [u.env_index for u in padded])
         obs, _ = vec.reset(seed=[u.seed for u in padded])
-        policy.reset(slots, [ctx.episode_start(u) for u in padded])
+        ctx.reset(policy, slots, [ctx.episode_start(u) for u in padded])
         prompts = [ctx.benchmark.policy_task(u.task) for u in padded]
         rule = ctx.benchmark.success
         trackers = [EpisodeTracker(u, ctx.benchmark.effective_max_steps(u.task), rule, record_mode=self.opts.record_mode)
@@ -341,7 +341,7 @@ class LockstepPool(WorkerPool):
         yield from self._collect(where, again)
         first = chunk[0][0]
         slots = list(range(slot_base, slot_base + n_envs))
-        policy.reset(slots, [ctx.episode_start(r.unit) for r in rows] + [ctx.episode_start(first)] * (n_envs - len(rows)))
+        ctx.reset(policy, slots, [ctx.episode_start(r.unit) for r in rows] + [ctx.episode_start(first)] * (n_envs - len(rows)))
         prompts = [ctx.benchmark.policy_task(first.task)] * n_envs
         while any(r.state == "running" for r in rows):
             filler = next(r.obs for r in rows if r.obs is not None)

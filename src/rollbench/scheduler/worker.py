@@ -331,7 +331,7 @@ class Worker:
                 self._start(i, report)
             started = report.started()
             if started:
-                self.policy.reset([self.base_slot + i for i, _ in started], [self.ctx.episode_start(u) for _, u in started])
+                self.ctx.reset(self.policy, [self.base_slot + i for i, _ in started], [self.ctx.episode_start(u) for _, u in started])
             running = self._running()
             if running:
                 obs = [self.slots[i].obs for i in running]
@@ -386,6 +386,8 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
                 worker.run_driver_placement()
         finally:
             worker.close()
+            if worker.policy is not None:  # worker placement: this worker's own (a connection, a model's memory)
+                worker.policy.close()
         import resource
 
         peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux

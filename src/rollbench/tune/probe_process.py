@@ -102,7 +102,7 @@ class Stepper:
         self.resets.append(time.perf_counter() - t0)
         self.env.action_space.seed(unit.seed)
         if self.policy is not None:
-            self.policy.reset([0], [self.ctx.episode_start(unit)])
+            self.ctx.reset(self.policy, [0], [self.ctx.episode_start(unit)])
         self.tracker = EpisodeTracker(unit, self.bench.effective_max_steps(unit.task), self.bench.success)
         self.desc = [self.bench.policy_task(unit.task)]
 
