@@ -8,13 +8,16 @@ failed (or a merged result is partial), 2 bad usage or configuration, 130 interr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
+import io
 import logging
 import os
 import sys
 import textwrap
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rollbench import __version__
@@ -26,7 +29,7 @@ from rollbench.config.policy import PolicyConfig
 from rollbench.config.ray import RayConfig
 from rollbench.config.run import RunConfig
 from rollbench.config.tune import TuneConfig
-from rollbench.errors import ConfigError, RollbenchError, did_you_mean
+from rollbench.errors import ConfigError, RollbenchError, did_you_mean, message_line
 from rollbench.flags import benchmark_from_flags, group, policy_from_flags
 from rollbench.policies.base import POLICIES
 from rollbench.registry import load_plugins
@@ -101,7 +104,7 @@ def config_from_flags(flags: dict[str, str]) -> RunConfig:
 def resolved(cfg: RunConfig) -> RunConfig:
     """The run's config with a hub checkpoint or EnvHub repository resolved to its commit
     (downloaded once, here)."""
-    from rollbench.policies.hub import resolve_policy
+    from rollbench.policies.hub import resolve_policy  # lazy: not on the path of --help and list
 
     policy, env = resolve_policy(cfg.policy), cfg.env.resolve()
     return cfg if policy is cfg.policy and env is cfg.env else dataclasses.replace(cfg, policy=policy, env=env)
@@ -253,10 +256,11 @@ Exit 0: it fits (warnings may be listed); 2: a hard mismatch (eval refuses it to
 
 
 def cmd_check(flags: dict[str, str]) -> int:
+    # lazy: a plugin, loaded by name (registry.py) or by `rollbench check`
     from rollbench.policies.lerobot import OWNS_ENV_PROCESSORS, check_checkpoint_dir, read_config
-    from rollbench.policies.lerobot_check import observed, preflight, table
-    from rollbench.rendering import apply_backend, check_user_backend, choose_backend
-    from rollbench.scheduler.shm import stack_any
+    from rollbench.policies.lerobot_check import observed, preflight, table  # lazy: `rollbench check` only
+    from rollbench.rendering import apply_backend, check_user_backend, choose_backend  # lazy: `rollbench check` only
+    from rollbench.scheduler.shm import stack_any  # lazy: `rollbench check` only
 
     cfg = config_from_flags(flags)
     if cfg.policy.type != "lerobot":
@@ -271,7 +275,7 @@ def cmd_check(flags: dict[str, str]) -> int:
     raw = read_config(ckpt)
     owns = raw.get("type") in OWNS_ENV_PROCESSORS
     if owns:  # X-VLA: LIBERO only; what LeRobot says of its model is read before any env exists
-        from rollbench.policies.lerobot_xvla import model_action_dim, require_libero
+        from rollbench.policies.lerobot_xvla import model_action_dim, require_libero  # lazy: X-VLA checkpoints only
 
         require_libero(bench, ckpt, str(raw["type"]))
         width = model_action_dim(raw)
@@ -289,7 +293,7 @@ def cmd_check(flags: dict[str, str]) -> int:
     batch = {renames.get(k, k): v for k, v in batch.items()}
     gives = observed(batch)
     if owns:  # what its own env processors make of the observation
-        from rollbench.policies.lerobot_xvla import policy_view
+        from rollbench.policies.lerobot_xvla import policy_view  # lazy: X-VLA checkpoints only
 
         gives, action_space = policy_view(gives, width)
     rows = preflight(ckpt, gives, action_space, bench, cfg.policy.options)
@@ -330,20 +334,20 @@ def dataset_line(d: dict[str, Any]) -> str:
 
 
 def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
-    from rollbench.lifecycle import run_eval
-    from rollbench.results.summary import table
+    from rollbench.lifecycle import run_eval  # lazy: a command's code loads when it runs (--help, list stay fast)
+    from rollbench.results.summary import table  # lazy: `rollbench eval` only
 
     cfg = resolved(config_from_flags(flags))
     if cfg.executor == "ray":
-        from rollbench.executors.ray import RayExecutor
+        from rollbench.executors.ray import RayExecutor  # lazy: --executor=ray only
 
         executor: Executor = RayExecutor()
     elif cfg.launch == "local":
-        from rollbench.executors.shards import LocalShardsExecutor
+        from rollbench.executors.shards import LocalShardsExecutor  # lazy: --launch=local only
 
         executor = LocalShardsExecutor(flags)
     else:
-        from rollbench.executors.local import LocalExecutor
+        from rollbench.executors.local import LocalExecutor  # lazy: loads the schedulers (--help, list stay fast)
 
         executor = LocalExecutor()
     outcome = run_eval(cfg, executor, command=argv)
@@ -373,7 +377,7 @@ def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
 
 
 def cmd_tune(flags: dict[str, str]) -> int:
-    from rollbench import tune
+    from rollbench import tune  # lazy: `rollbench tune` only (--help, list stay fast)
 
     cfg = resolved(config_from_flags(flags))
     if cfg.workers == "auto":
@@ -389,11 +393,9 @@ def cmd_tune(flags: dict[str, str]) -> int:
 
 
 def cmd_merge(positional: list[str], flags: dict[str, str]) -> int:
-    from pathlib import Path
-
-    from rollbench.lifecycle import merge_dir
-    from rollbench.results.store import read_manifest
-    from rollbench.results.summary import table
+    from rollbench.lifecycle import merge_dir  # lazy: a command's code loads when it runs (--help, list stay fast)
+    from rollbench.results.store import read_manifest  # lazy: `rollbench merge` only
+    from rollbench.results.summary import table  # lazy: `rollbench merge` only
 
     if len(positional) != 1:
         raise ConfigError("rollbench merge takes one directory: rollbench merge DIR")
@@ -454,9 +456,6 @@ def _load_listing(name: str) -> tuple[str, dict[str, list[str]]]:
     """A benchmark's one-line description and its groups of tasks, built with stdout and
     stderr captured: simulator packages print while their benchmarks are built (hf-libero's
     `[info] using task orders ...`, once per suite); that goes to the debug log (--debug)."""
-    import contextlib
-    import io
-
     cls = BENCHMARKS.get(name)
     desc = ((cls.__doc__ or "").strip().splitlines() or [""])[0]
     noise = io.StringIO()
@@ -475,8 +474,6 @@ def _load_listing(name: str) -> tuple[str, dict[str, list[str]]]:
 def cmd_list(positional: Sequence[str] = ()) -> int:
     """`rollbench list`: every benchmark with its groups (a few tasks of each) and the policy
     types; `rollbench list BENCHMARK`: that benchmark's groups with every task, one a line."""
-    from rollbench.errors import message_line
-
     names = BENCHMARKS.names()
     if len(positional) > 1:
         raise ConfigError(f"rollbench list takes at most one benchmark: rollbench list [BENCHMARK] (got {' '.join(positional)})")
@@ -548,8 +545,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(f"unknown command {command!r}.{did_you_mean(command, COMMANDS)} Commands: {', '.join(COMMANDS)}")
         load_plugins()
         if "-h" in rest or "--help" in rest:
-            from rollbench.report import COMPARE_HELP, REPORT_HELP
-            from rollbench.serve import serve_help
+            from rollbench.report import COMPARE_HELP, REPORT_HELP  # lazy: a command's own help
+            from rollbench.serve import serve_help  # lazy: a command's own help
 
             helps = {"eval": eval_help, "tune": tune_help, "merge": lambda: MERGE_HELP, "list": lambda: LIST_HELP,
                      "report": lambda: REPORT_HELP, "compare": lambda: COMPARE_HELP, "serve": serve_help,
@@ -570,11 +567,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "serve":
             if positional:
                 raise ConfigError(f"unexpected argument {positional[0]!r}; flags look like --policy.type=expert")
-            from rollbench.serve import serve_main
+            from rollbench.serve import serve_main  # lazy: `rollbench serve` only
 
             return serve_main(flags)
         if command in ("report", "compare"):
-            from rollbench.report import compare_main, report_main
+            from rollbench.report import compare_main, report_main  # lazy: `rollbench report` and `compare` only
 
             return (report_main if command == "report" else compare_main)(positional, flags)
         if flags:

@@ -65,7 +65,7 @@ class RunInterrupted(RollbenchError):
 
 def did_you_mean(word: str, choices: Iterable[str], show: Callable[[str], str] = repr) -> str:
     """` Did you mean <closest>?` (shown by `show`), or "" when nothing is close."""
-    import difflib
+    import difflib  # lazy: `rollbench --help` does not load difflib (start-up time)
 
     close = difflib.get_close_matches(word, list(choices), n=1)
     return f" Did you mean {show(close[0])}?" if close else ""

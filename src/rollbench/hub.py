@@ -32,14 +32,14 @@ def is_commit(revision: str | None) -> bool:
 
 
 def cache_root() -> Path:
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # optional: huggingface_hub (comes with lerobot)
 
     return Path(constants.HF_HUB_CACHE)
 
 
 def cached_snapshot(repo_id: str, commit: str, required: Sequence[str]) -> Path | None:
     """The cached snapshot of `repo_id` at `commit`, when it holds every `required` file."""
-    from huggingface_hub.file_download import repo_folder_name
+    from huggingface_hub.file_download import repo_folder_name  # optional: huggingface_hub (comes with lerobot)
 
     folder = cache_root() / repo_folder_name(repo_id=repo_id, repo_type="model") / "snapshots" / commit
     return folder if folder.is_dir() and all((folder / f).is_file() for f in required) else None
@@ -48,8 +48,8 @@ def cached_snapshot(repo_id: str, commit: str, required: Sequence[str]) -> Path 
 def download(repo_id: str, revision: str | None, where: str, patterns: Sequence[str] | None = None) -> Path:
     """The snapshot directory of `repo_id` at `revision` (default main), downloaded into the
     cache when missing (`patterns`: only the files that match). `where` names the flag."""
-    from huggingface_hub import constants, snapshot_download
-    from huggingface_hub.errors import (
+    from huggingface_hub import constants, snapshot_download  # optional: huggingface_hub (comes with lerobot)
+    from huggingface_hub.errors import (  # optional: huggingface_hub (comes with lerobot)
         GatedRepoError,
         HfHubHTTPError,
         LocalEntryNotFoundError,

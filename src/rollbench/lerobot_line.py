@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import functools
 import re
+from importlib import metadata
 
 
 @functools.cache
 def installed() -> tuple[int, int, int] | None:
     """The installed LeRobot's (major, minor, patch), or None."""
-    from importlib import metadata
-
     try:
         text = metadata.version("lerobot")
     except metadata.PackageNotFoundError:

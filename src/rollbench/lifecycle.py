@@ -29,6 +29,9 @@ from rollbench.executors.base import Executor, Run
 from rollbench.executors.shards import launched_child, write_shard_facts
 from rollbench.plan import EpisodeUnit, UnitKey, pending, plan_for
 from rollbench.progress import Progress
+from rollbench.rendering import check_user_backend
+from rollbench.report import write_report as draw_report
+from rollbench.report.versus import precheck, versus_rule
 from rollbench.results import eval_info
 from rollbench.results.adaptive import Rule, StopRule, Stops
 from rollbench.results.adaptive import apply as apply_stops
@@ -46,7 +49,7 @@ from rollbench.results.dataset import (
 )
 from rollbench.results.dataset import push as push_dataset
 from rollbench.results.eval_info import EvalInfo, ExecutionFacts
-from rollbench.results.log import DISK_FULL, EpisodeLog, LogTail, read_records, writer_name
+from rollbench.results.log import DISK_FULL, EPISODES_DIR, EpisodeLog, LogTail, read_records, writer_name
 from rollbench.results.merge import Merged, merge
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.store import prepare, sweep_partial_videos
@@ -71,15 +74,11 @@ class RunOutcome:
 
 def check(cfg: RunConfig) -> list[EpisodeUnit]:
     """The run's plan, once its benchmark is installed and its tasks exist (no side effects)."""
-    from rollbench.rendering import check_user_backend
-
     cfg.env.check_available()
     check_user_backend(cfg.env)  # before validate_tasks: listing the tasks can import MuJoCo
     cfg.env.validate_tasks()
     _check_recording_root(cfg)
     if cfg.eval.versus is not None:
-        from rollbench.report.versus import precheck
-
         precheck(cfg)
     return plan_for(cfg)
 
@@ -223,18 +222,14 @@ def _merge_dataset(output_dir: Path, cfg: RunConfig, counted: Merged, finished: 
 def stop_rule(cfg: RunConfig) -> Rule | None:
     """An adaptive run's stop rule: --eval.ci_width's, or a comparison against --eval.versus."""
     if cfg.eval.versus is not None:
-        from rollbench.report.versus import versus_rule
-
         return versus_rule(cfg)
     return StopRule.from_config(cfg.eval, max(1, len(cfg.seeds)))
 
 
 def write_report(output_dir: Path) -> Path | None:
     """report.html from what close_run wrote; a page that cannot be drawn costs no result."""
-    from rollbench.report import write_report as draw
-
     try:
-        return draw(output_dir)
+        return draw_report(output_dir)
     except Exception as err:  # the results are saved; the page is a view of them
         log.warning("could not write %s/report.html (%s: %s); rerun `rollbench report %s`",
                     output_dir, type(err).__name__, err, output_dir)
@@ -423,8 +418,6 @@ def _close(records: Iterator[EpisodeRecord]) -> None:
 def merge_dir(root: Path, cfg: RunConfig, command: list[str] | None = None) -> EvalInfo:
     """`rollbench merge`: close a run (every log under `root`) that nothing executes now.
     `command`: the one that runs the merged run (its shards' flags, as one process)."""
-    from rollbench.results.log import EPISODES_DIR
-
     plan = plan_for(cfg)  # no availability check: a merge needs the logs, not the simulator
     n_dirs = len({*map(str, root.glob(f"**/{EPISODES_DIR}"))})
     _, info = close_run(root, cfg, plan, ExecutionFacts(mode="merge", merged_from=n_dirs), command, recursive=True)

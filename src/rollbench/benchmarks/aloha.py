@@ -63,7 +63,7 @@ def _render_only(task: Any, cameras: tuple[str, ...], height: int, width: int) -
 @functools.cache
 def _lean_env_class() -> type:
     """gym-aloha's AlohaEnv with lean observations (defined on first use: imports gym_aloha)."""
-    from gym_aloha.env import AlohaEnv
+    from gym_aloha.env import AlohaEnv  # optional: gym-aloha (the aloha extra)
 
     class LeanAlohaEnv(AlohaEnv):  # type: ignore[misc]
         """AlohaEnv (its seeding, reset, reward and success) rendering only what is returned."""

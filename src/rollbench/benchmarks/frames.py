@@ -90,10 +90,12 @@ def _new_gl_context() -> Any:
     # before the run sets MUJOCO_GL (checking the tasks imports the simulator)
     backend = os.environ.get("MUJOCO_GL", "").lower().strip()
     if backend == "egl":
-        from mujoco.egl import GLContext
+        from mujoco.egl import GLContext  # optional: mujoco, and only the backend MUJOCO_GL names now
     elif backend == "osmesa":
+        # optional: mujoco, and only the backend MUJOCO_GL names now
         from mujoco.osmesa import GLContext  # type: ignore[no-redef]
     else:
+        # optional: mujoco, and only the backend MUJOCO_GL names now
         from mujoco.glfw import GLContext  # type: ignore[no-redef]
     return GLContext(64, 64)  # frames go to MuJoCo's own offscreen buffer, not this one's
 
@@ -102,7 +104,7 @@ def _current_egl_context() -> tuple[Any, ...] | None:
     """(display, draw, read, context) current in this thread under EGL, else None."""
     if os.environ.get("MUJOCO_GL", "").lower().strip() != "egl":
         return None
-    from OpenGL import EGL
+    from OpenGL import EGL  # optional: PyOpenGL (comes with mujoco), EGL only
 
     context = EGL.eglGetCurrentContext()
     if not context:
@@ -126,7 +128,7 @@ def _current(ctx: Any) -> Iterator[None]:
     finally:
         ours = getattr(getattr(ctx, "_context", None), "address", None)
         if before is not None and before[3].address != ours:
-            from OpenGL import EGL
+            from OpenGL import EGL  # optional: PyOpenGL (comes with mujoco), EGL only
 
             EGL.eglMakeCurrent(*before)
 
@@ -154,7 +156,7 @@ class MujocoVideoCamera:
     """
 
     def __init__(self, model: Any, camera: str | int, width: int, height: int) -> None:
-        import mujoco
+        import mujoco  # optional: MuJoCo envs only
 
         self._mujoco = mujoco
         self.model = model

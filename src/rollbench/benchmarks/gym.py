@@ -6,6 +6,7 @@ package on demand; a missing package fails with its name.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 from dataclasses import dataclass
@@ -59,8 +60,6 @@ class GymConfig(BenchmarkConfig):
         try:
             return gym.spec(env_id)
         except gym.error.Error:
-            import difflib
-
             close = difflib.get_close_matches(env_id, list(gym.registry), n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             namespace = env_id.split("/", 1)[0] if "/" in env_id else None

@@ -28,6 +28,7 @@ import re
 import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
 
 import gymnasium as gym
@@ -96,8 +97,7 @@ def recording_vector_envs() -> Iterator[None]:
     serialises catalogues; a process builds each one once, when its tasks are first listed,
     before any of its episodes runs.
     """
-    import gymnasium.vector as vector
-
+    vector = gym.vector
     with _RECORDING:
         saved = vector.SyncVectorEnv, vector.AsyncVectorEnv
         setattr(vector, "SyncVectorEnv", RecordedSyncVectorEnv)  # noqa: B010  (mypy: a class is not assignable)
@@ -287,8 +287,8 @@ def _add_config_exports() -> None:
     `from lerobot.configs import FeatureType, PolicyFeature`) fails on import. Add the
     names `lerobot.configs.types` defines where they are missing; nothing that imports
     today changes."""
-    import lerobot.configs as configs
-    from lerobot.configs import types
+    import lerobot.configs as configs  # optional: lerobot
+    from lerobot.configs import types  # optional: lerobot
 
     for name in ("FeatureType", "NormalizationMode", "PipelineFeatureType", "PolicyFeature"):
         if not hasattr(configs, name) and hasattr(types, name):
@@ -300,8 +300,6 @@ def discover_plugins() -> dict[str, str]:
     """Import every installed `lerobot_env_*` distribution, as LeRobot 0.6's
     `register_third_party_plugins` does (0.4.4's does not look for envs); their
     `@EnvConfig.register_subclass` runs on import. Returns {module: why} for those that failed."""
-    from importlib import metadata
-
     _add_config_exports()
     failed: dict[str, str] = {}
     seen: set[str] = set()
@@ -321,14 +319,14 @@ def discover_plugins() -> dict[str, str]:
 
 def registered_envs() -> list[str]:
     """Every env type LeRobot's registry knows once the plugins are imported."""
-    from lerobot.envs.configs import EnvConfig
+    from lerobot.envs.configs import EnvConfig  # optional: lerobot
 
     discover_plugins()
     return sorted(EnvConfig.get_known_choices())
 
 
 def env_config_class(name: str) -> type[Any]:
-    from lerobot.envs.configs import EnvConfig
+    from lerobot.envs.configs import EnvConfig  # optional: lerobot
 
     known = registered_envs()
     if not name:
@@ -370,8 +368,8 @@ def settable_fields(cls: type[Any]) -> list[str]:
 def lerobot_config(bench: LerobotEnvConfig) -> Any:
     """LeRobot's env config object, parsed by LeRobot's parser as lerobot-eval parses
     `--env.<key>=<value>`; unknown fields are refused naming the flag and the fields there are."""
-    import draccus
-    from lerobot.envs.configs import HubEnvConfig
+    import draccus  # optional: comes with lerobot
+    from lerobot.envs.configs import HubEnvConfig  # optional: lerobot
 
     cls = env_config_class(bench.name)
     allowed = settable_fields(cls)
@@ -427,11 +425,12 @@ def _missing_package(err: BaseException) -> str | None:
 @functools.lru_cache(maxsize=16)
 def lerobot_catalogue(bench: LerobotEnvConfig) -> dict[str, dict[int, EnvFactory]]:
     """{suite: {task_id: factory}} of LeRobot's factory for `bench`, no env built."""
-    from lerobot.envs.factory import make_env
+    from lerobot.envs.factory import make_env  # optional: lerobot
 
     cfg = lerobot_config(bench)
     where = f"LeRobot's make_env for --env.name={bench.name}"
     if bench.name == "libero":  # hf-libero asks on stdin for its config on import: give it rollbench's
+        # lazy: a plugin, loaded by name (registry.py); only --env.name=libero needs it
         from rollbench.benchmarks.libero import LiberoConfig, prepare_libero
 
         prepare_libero(LiberoConfig().assets())
@@ -460,7 +459,7 @@ def to_numpy(batch: Mapping[str, Any]) -> dict[str, Any]:
     """LeRobot's torch batch -> rollbench's numpy one: images float CHW in [0, 1] back to
     uint8 HWC (exact: round(x / 255 * 255) == x in float32), other tensors as arrays. The
     LeRobot adapter turns them into the same tensors again (`policies/lerobot.to_policy_batch`)."""
-    import torch
+    import torch  # heavy, optional: torch (comes with lerobot)
 
     out: dict[str, Any] = {}
     for key, value in batch.items():
@@ -478,7 +477,7 @@ def to_numpy(batch: Mapping[str, Any]) -> dict[str, Any]:
 def to_torch(batch: Mapping[str, Any]) -> dict[str, Any]:
     """rollbench's numpy batch -> LeRobot's, as `preprocess_observation` leaves it (uint8 HWC
     images -> float32 CHW / 255), for LeRobot's env processors."""
-    import torch
+    import torch  # heavy, optional: torch (comes with lerobot)
 
     out: dict[str, Any] = {}
     for key, value in batch.items():
@@ -495,7 +494,7 @@ def to_torch(batch: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _run_obs_pipeline(pipeline: Any, batch: dict[str, Any]) -> dict[str, Any]:
-    import torch
+    import torch  # heavy, optional: torch (comes with lerobot)
 
     with torch.inference_mode():
         out = pipeline(to_torch(batch))
@@ -504,7 +503,7 @@ def _run_obs_pipeline(pipeline: Any, batch: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_action_pipeline(pipeline: Any, actions: np.ndarray) -> np.ndarray:
-    import torch
+    import torch  # heavy, optional: torch (comes with lerobot)
 
     with torch.inference_mode():
         out = pipeline({"action": torch.from_numpy(np.ascontiguousarray(actions))})["action"]
@@ -569,8 +568,6 @@ class LerobotEnvConfig(BenchmarkConfig):
             raise BenchmarkUnavailable(f"--env.type=lerobot needs lerobot; {INSTALL_HINT}")
 
     def package_versions(self) -> dict[str, str]:
-        from importlib import metadata
-
         out = {"gymnasium": gym.__version__}
         names = {"lerobot"}
         if self.name:
@@ -658,14 +655,14 @@ class LerobotEnvConfig(BenchmarkConfig):
             return select_keys(obs, self.state_keys, self.camera_keys)
         if not isinstance(obs, Mapping):
             return super().to_features(obs)
-        from lerobot.envs.utils import preprocess_observation
+        from lerobot.envs.utils import preprocess_observation  # optional: lerobot
 
         return to_numpy(preprocess_observation(dict(obs)))
 
     def get_env_processors(self) -> tuple[ObsProcessor, ActionProcessor]:
         """LeRobot's processors of this env (identity for most; LIBERO's turns its robot
         state into `observation.state` and flips its images), in numpy at the seam."""
-        from lerobot.envs.factory import make_env_pre_post_processors
+        from lerobot.envs.factory import make_env_pre_post_processors  # optional: lerobot
 
         pre_pipe, post_pipe = make_env_pre_post_processors(env_cfg=self.lerobot, policy_cfg=None)
         pre: ObsProcessor = identity if not pre_pipe.steps else functools.partial(_run_obs_pipeline, pre_pipe)

@@ -178,6 +178,7 @@ def prepare_libero(assets: Path) -> Any:
             tmp.write_text(text)
             os.replace(tmp, path)  # atomic: workers may write it at the same time
         os.environ["LIBERO_CONFIG_PATH"] = str(folder)
+    # optional: hf-libero (the libero extra); imported once LIBERO_CONFIG_PATH is set (above)
     import libero.libero as libero_pkg
 
     # hf-libero looks for assets beside its code, else downloads them; its cache wins over both
@@ -188,7 +189,7 @@ def prepare_libero(assets: Path) -> Any:
 def suite_tasks(suite: str, assets: Path) -> list[Any]:
     """hf-libero's Task records of `suite`, in its task-id order."""
     prepare_libero(assets)
-    from libero.libero import benchmark
+    from libero.libero import benchmark  # optional: hf-libero, imported after prepare_libero
 
     with contextlib.redirect_stdout(sys.stderr):  # hf-libero prints "[info] using task orders ..."
         return list(benchmark.get_benchmark_dict()[suite]().tasks)
@@ -204,7 +205,7 @@ def quat_to_axis_angle(quat: np.ndarray) -> np.ndarray:
     either way a policy's actions, and then the episode, drift from lerobot-eval's.
     (hf-libero needs torch, so it is always there.)
     """
-    import torch
+    import torch  # heavy, optional: torch (hf-libero needs it)
 
     q = torch.from_numpy(np.ascontiguousarray(quat, dtype=np.float64)).to(torch.float32)
     w = q[:, 3].clamp(-1.0, 1.0)
@@ -219,7 +220,7 @@ def quat_to_axis_angle(quat: np.ndarray) -> np.ndarray:
 def load_init_states(suite: str, task_index: int, assets: Path) -> np.ndarray:
     """hf-libero's fixed initial states of one task (a pickled numpy array, 50 rows)."""
     libero_pkg = prepare_libero(assets)
-    import torch
+    import torch  # heavy, optional: torch (hf-libero needs it)
 
     task = suite_tasks(suite, assets)[task_index]
     path = Path(libero_pkg.get_libero_path("init_states")) / task.problem_folder / task.init_states_file
@@ -270,8 +271,8 @@ class LiberoTaskEnv(gym.Env):
     def _build(self) -> None:
         spec = self.task_spec
         libero_pkg = prepare_libero(Path(spec.assets))
-        from libero.libero import benchmark
-        from libero.libero.envs import OffScreenRenderEnv
+        from libero.libero import benchmark  # optional: hf-libero, imported after prepare_libero
+        from libero.libero.envs import OffScreenRenderEnv  # optional: hf-libero, imported after prepare_libero
 
         with contextlib.redirect_stdout(sys.stderr):
             task = benchmark.get_benchmark_dict()[spec.suite]().tasks[spec.task_index]

@@ -11,11 +11,13 @@ is a function of its seed alone.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
@@ -108,20 +110,18 @@ CORNER2_POS = (0.75, 0.075, 0.7)  # LeRobot's corner2 camera placement
 
 def all_tasks() -> list[str]:
     """Every MT1 task name of the installed metaworld."""
-    from metaworld.env_dict import ALL_V3_ENVIRONMENTS
+    from metaworld.env_dict import ALL_V3_ENVIRONMENTS  # optional: metaworld (the metaworld extra)
 
     return list(ALL_V3_ENVIRONMENTS)
 
 
 def groups() -> dict[str, list[str]]:
-    from metaworld.env_dict import MT10_V3
+    from metaworld.env_dict import MT10_V3  # optional: metaworld (the metaworld extra)
 
     return {"mt10": list(MT10_V3), "mt50": all_tasks(), **{k: list(v) for k, v in DIFFICULTY.items()}}
 
 
 def _cache_dir() -> Path:
-    from importlib import metadata
-
     root = os.environ.get("ROLLBENCH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "rollbench")
     return Path(root) / f"metaworld-{metadata.version('metaworld')}"
 
@@ -133,8 +133,8 @@ def _first_train_task(task: str) -> tuple[Any, Any]:
     MT1's constructor builds the env and samples 50 goals (~0.9 s here, 4x the env itself),
     so the task it yields is computed once and kept on disk, per metaworld version.
     """
-    import metaworld
-    from metaworld.env_dict import ALL_V3_ENVIRONMENTS
+    import metaworld  # optional: metaworld (the metaworld extra)
+    from metaworld.env_dict import ALL_V3_ENVIRONMENTS  # optional: metaworld
 
     path = _cache_dir() / f"{task}-mt1-seed42-train0.pkl"
     try:
@@ -316,8 +316,6 @@ class MetaWorldConfig(BenchmarkConfig):
             elif item in names:
                 out[item] = [item]
             else:
-                import difflib
-
                 close = difflib.get_close_matches(item, [*known, *names], n=1)
                 hint = f" Did you mean {close[0]!r}?" if close else ""
                 raise ConfigError(
@@ -370,7 +368,7 @@ class MetaWorldConfig(BenchmarkConfig):
 
     def expert(self, task: str) -> Callable[[dict[str, Any]], np.ndarray]:
         self.check_expert()
-        from metaworld.policies import ENV_POLICY_MAP
+        from metaworld.policies import ENV_POLICY_MAP  # optional: metaworld (the metaworld extra)
 
         scripted = ENV_POLICY_MAP[task]()  # type: ignore[abstract]
 

@@ -42,7 +42,8 @@ class PushTConfig(BenchmarkConfig):
         return {"pusht": [self.task]}
 
     def make_task_env(self, task: str) -> gym.Env:
-        import gym_pusht  # noqa: F401  (registers the env ids)
+        # optional: gym-pusht (the pusht extra); importing it registers the env ids
+        import gym_pusht  # noqa: F401
 
         return gym.make(
             f"gym_pusht/{task}",

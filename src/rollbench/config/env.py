@@ -15,6 +15,7 @@ import importlib.util
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -186,8 +187,6 @@ class BenchmarkConfig:
             )
 
     def package_versions(self) -> dict[str, str]:
-        from importlib import metadata
-
         out = {}
         for req in self.required_modules().values():
             name = req.split("=")[0].split("<")[0].split(">")[0].strip()
@@ -289,7 +288,7 @@ class BenchmarkConfig:
 
     # -- vector envs (the lockstep path) ---------------------------------------------
     def make_vector_env(self, task: str, n_envs: int, use_async_envs: bool) -> VectorEnv:
-        import gymnasium as gym
+        import gymnasium as gym  # heavy: gymnasium (~90 ms); `rollbench --help` imports this module
 
         if use_async_envs and n_envs > 1:
             # forkserver: a GL context or torch threads in this process must not be forked. Its

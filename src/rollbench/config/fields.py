@@ -109,7 +109,7 @@ def coerce(flag: str, raw: str, tp: Any) -> Any:
                 raise ConfigError(f"{flag}={raw!r}: expected whole numbers separated by commas") from None
         return parts
     if origin is dict:
-        import json
+        import json  # lazy: `rollbench --help` does not load json (start-up time)
 
         try:
             value = json.loads(raw)

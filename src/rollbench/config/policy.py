@@ -62,7 +62,7 @@ class PolicyConfig:
         """--rename_map as a dict (empty when not given)."""
         if not self.rename_map:
             return {}
-        import json
+        import json  # lazy: `rollbench --help` does not load json (start-up time)
 
         try:
             data = json.loads(self.rename_map)

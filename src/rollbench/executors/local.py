@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from rollbench import timeline
+from rollbench import timeline, tune
 from rollbench.config.run import RunConfig
 from rollbench.executors.base import Executor, Run
 from rollbench.policies.base import Policy
@@ -24,7 +24,10 @@ from rollbench.results.records import EpisodeRecord
 from rollbench.results.video import check_encoder
 from rollbench.results.video_cost import warn_if_costly
 from rollbench.scheduler.common import StepContext
+from rollbench.scheduler.continuous import run_continuous
 from rollbench.scheduler.decide import Schedule, decide
+from rollbench.scheduler.lockstep import run_lockstep
+from rollbench.tune.probe import rss_now
 
 
 class LocalExecutor(Executor):
@@ -38,8 +41,6 @@ class LocalExecutor(Executor):
         self.rss_before = 0
 
     def setup(self, cfg: RunConfig) -> None:
-        from rollbench.tune.probe import rss_now
-
         self.cfg = cfg
         self.ctx = StepContext(cfg.env, cfg.policy, cfg.seed)
         self.rss_before, t0 = rss_now(), time.perf_counter()
@@ -52,8 +53,6 @@ class LocalExecutor(Executor):
         assert self.cfg is not None and self.policy is not None
         cfg = self.cfg
         if cfg.workers == "auto":  # after the directory is accepted: a refused one is said before a 30 s probe
-            from rollbench import tune
-
             t0 = time.perf_counter()
             self.policy.ready()  # the probe needs it whole, and its load time
             self.load_s += time.perf_counter() - t0
@@ -72,12 +71,8 @@ class LocalExecutor(Executor):
         assert self.cfg is not None and self.ctx is not None and self.schedule is not None
         self.ctx.counts.calls = self.ctx.counts.rows = 0  # the run's calls only (not tune's probe)
         if self.schedule.mode == "lockstep":
-            from rollbench.scheduler.lockstep import run_lockstep
-
             assert self.policy is not None
             return run_lockstep(self.ctx, self.policy, run.todo, self.schedule.lockstep_options(self.cfg), run.stops)
-        from rollbench.scheduler.continuous import run_continuous
-
         return run_continuous(self.ctx, run.todo, self.schedule.pool_options(self.cfg), self.policy, run.stops)
 
     def facts(self) -> ExecutionFacts:

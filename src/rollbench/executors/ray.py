@@ -39,19 +39,22 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError, PolicyError, WorkerError, message_line
 from rollbench.executors.base import Executor, Run
 from rollbench.plan import EpisodeUnit
-from rollbench.rendering import choose_backend
+from rollbench.rendering import apply_backend, choose_backend
 from rollbench.results.eval_info import ExecutionFacts
 from rollbench.results.records import EpisodeRecord
 from rollbench.scheduler.common import HELD_POLL_S, PolicyCalls, StepContext
 from rollbench.scheduler.continuous import UnitQueue
 from rollbench.scheduler.decide import decide_mode, decide_placement, default_slots, video_plan
 from rollbench.scheduler.pool import retry_or_fail
+from rollbench.scheduler.shm import SlotBuffer, shm_dir
+from rollbench.scheduler.worker import Worker, WorkerSpec
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +66,7 @@ MAX_FRUITLESS = 3
 
 def _import_ray() -> Any:
     try:
-        import ray
+        import ray  # optional: ray (the ray extra)
     except ImportError:
         raise ConfigError("--executor=ray needs Ray; install it with `pip install 'rollbench[ray]'`") from None
     return ray
@@ -91,10 +94,6 @@ class RolloutActor:
     """One env worker with its slots and its own policy, in a Ray actor process."""
 
     def __init__(self, cfg: RunConfig, n_slots: int, gl_backend: str, threads: int, driver_host: str = "") -> None:
-        from rollbench.rendering import apply_backend
-        from rollbench.scheduler.shm import SlotBuffer, shm_dir
-        from rollbench.scheduler.worker import Worker, WorkerSpec
-
         apply_backend(gl_backend)  # before anything here imports MuJoCo
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
         fd, path = tempfile.mkstemp(prefix="rollbench-ray-", suffix=".buf", dir=shm_dir())
@@ -113,22 +112,16 @@ class RolloutActor:
         if torch is not None:
             torch.set_num_threads(threads)
         self.worker.buffer.touch()  # alive: `silent_s` counts from here until the first call starts
-        import socket
-
         mode = cfg.ray.upload_videos
         self.upload = mode == "true" or (mode == "auto" and socket.gethostname() != driver_host)
         self.output_dir = cfg.output_dir
 
     def where(self) -> str:
-        import socket
-
         return f"{socket.gethostname()} pid {os.getpid()}"
 
     def silent_s(self) -> float:
         """Seconds since the worker's last sign of life (called in the `watch` group, while
         `run` may be stuck in an env)."""
-        import time
-
         return time.monotonic() - float(self.watch.beat[0])
 
     def run(self, batch: list[tuple[EpisodeUnit, int]]) -> tuple[
@@ -155,8 +148,6 @@ class RolloutActor:
 
     def _videos(self, records: list[EpisodeRecord]) -> list[tuple[str, bytes]]:
         """The finished videos of `records`, read and removed here (the driver writes them)."""
-        from pathlib import Path
-
         if not self.upload or self.worker.videos is None or not any(r.video_path for r in records):
             return []
         self.worker.videos.close()  # wait until this call's videos are encoded (restarts on the next frame)
@@ -272,8 +263,6 @@ class RayExecutor(Executor):
         p = self.plan
         remote = self.ray.remote(num_cpus=p.cpus_per_actor, num_gpus=p.gpus_per_actor, max_restarts=0,
                                  concurrency_groups={"watch": 1})(RolloutActor)
-        import socket
-
         handle = remote.remote(self.cfg, p.slots_per_actor, p.gl_backend, max(1, int(p.cpus_per_actor)),
                                socket.gethostname())
         p.counts["actors_started"] += 1
@@ -472,8 +461,6 @@ def fitting_actors(nodes: list[dict[str, float]], cpus_per_actor: float, gpus_pe
 
 
 def _write_video(output_dir: str, relpath: str, data: bytes) -> None:
-    from pathlib import Path
-
     path = Path(output_dir) / relpath
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.mp4")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import dataclasses
 import json
 import logging
 import os
@@ -41,6 +42,7 @@ from rollbench.results.eval_info import ExecutionFacts
 from rollbench.results.log import LogTail
 from rollbench.results.merge import Merged
 from rollbench.results.records import EpisodeRecord
+from rollbench.results.store import write_json_atomic
 from rollbench.scheduler.common import cpu_count
 
 log = logging.getLogger(__name__)
@@ -79,8 +81,6 @@ def shard_facts(output_dir: str | Path, shard_id: int) -> Path:
 
 
 def write_shard_facts(output_dir: str | Path, shard_id: int, facts: dict[str, Any]) -> None:
-    from rollbench.results.store import write_json_atomic
-
     write_json_atomic(shard_facts(output_dir, shard_id), facts)
 
 
@@ -188,9 +188,7 @@ def stop(shards: Sequence[Shard]) -> None:
 def _tune_shards(cfg: RunConfig) -> list[str]:
     """`--workers=auto` under the launcher: probe once here (children probing at the same
     time would measure each other), then size one shard with its share of the cores."""
-    import dataclasses
-
-    from rollbench import tune
+    from rollbench import tune  # lazy: --workers=auto only; lifecycle (so `rollbench merge`) imports this module
 
     log.info("--workers=auto: measuring this machine once for all %d shards (up to %.0fs)", cfg.eval.num_shards, cfg.tune.budget_s)
     probe = tune.measure(dataclasses.replace(cfg, workers=None))

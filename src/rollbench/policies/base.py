@@ -107,7 +107,7 @@ def make_policy(ctx: PolicyContext) -> Policy:
 
 def check_actions(actions: Any, n: int, action_space: Any, who: str) -> np.ndarray:
     """Validate a policy's output for `n` rows; raise PolicyError saying what is wrong."""
-    import gymnasium as gym
+    import gymnasium as gym  # heavy: gymnasium (~90 ms); `rollbench --help` imports this module
 
     arr = np.asarray(actions)
     if isinstance(action_space, gym.spaces.Discrete):

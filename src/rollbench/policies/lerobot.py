@@ -27,6 +27,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ from rollbench.errors import ConfigError, PolicyError, did_you_mean, error_line
 from rollbench.lerobot_line import before_0_5
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext
 from rollbench.policies.hub import REQUIRED_FILES, checkpoint_dir
+from rollbench.policies.lerobot_check import declared, preflight, summary
+from rollbench.policies.lerobot_xvla import env_pipelines, model_action_dim, policy_view, require_libero
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +115,6 @@ OBS_ROBOT_STATE = "observation.robot_state"
 
 def _lerobot_version() -> str:
     try:
-        from importlib import metadata
-
         return metadata.version("lerobot")
     except Exception:  # not installed, or installed without metadata
         return "unknown"
@@ -185,7 +186,7 @@ def defer_policies_init() -> None:
 
         module.__dict__["__getattr__"] = complete
         sys.modules[_POLICIES] = module
-        import lerobot
+        import lerobot  # optional: lerobot
 
         lerobot.policies = module  # type: ignore[attr-defined]
 
@@ -196,20 +197,20 @@ def import_config_class(ptype: Any) -> None:
         defer_policies_init()
         importlib.import_module(f"{_POLICIES}.{ptype}.configuration_{ptype}")
         return
-    import lerobot.policies as policies
+    import lerobot.policies as policies  # optional: lerobot
 
     getattr(policies, "__all__", None)  # a deferred package runs its __init__ now
 
 
 def load_config(ckpt: Path, raw: Mapping[str, Any], options: Mapping[str, str], device: str, use_amp: bool) -> Any:
     """The checkpoint's `PreTrainedConfig` with the flags applied, or a ConfigError saying why not."""
-    from lerobot.configs.policies import PreTrainedConfig
+    from lerobot.configs.policies import PreTrainedConfig  # optional: lerobot
 
     version = _lerobot_version()
     ptype = raw.get("type")
     known = PreTrainedConfig.get_known_choices()
     if ptype not in known:
-        import lerobot.policies as policies
+        import lerobot.policies as policies  # optional: lerobot
 
         getattr(policies, "__all__", None)  # every type LeRobot has, for the message
         known = PreTrainedConfig.get_known_choices()
@@ -241,13 +242,13 @@ def load_policy(cfg: Any, ckpt: Path) -> tuple[Any, Any, Any]:
     """(policy, preprocessor, postprocessor) of the checkpoint, as lerobot-eval loads them."""
     overrides = {"device_processor": {"device": str(cfg.device)}}
     if cfg.type not in LIGHT:
-        from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+        from lerobot.policies.factory import get_policy_class, make_pre_post_processors  # optional: lerobot
 
         policy = get_policy_class(cfg.type).from_pretrained(str(ckpt), config=cfg)
         pre, post = make_pre_post_processors(policy_cfg=cfg, pretrained_path=str(ckpt), preprocessor_overrides=overrides)
         return policy, pre, post
-    from lerobot.processor import PolicyProcessorPipeline
-    from lerobot.processor.converters import (
+    from lerobot.processor import PolicyProcessorPipeline  # optional: lerobot
+    from lerobot.processor.converters import (  # optional: lerobot
         batch_to_transition,
         policy_action_to_transition,
         transition_to_batch,
@@ -272,8 +273,6 @@ def check_features(ctx: PolicyContext, ckpt: Path, raw: Mapping[str, Any]) -> No
     """Before any episode: the checkpoint's inputs, stats and action against the benchmark's
     declared features (`rollbench check` does the same from a real observation and prints
     the whole table). A hard mismatch is refused; a soft one is a warning."""
-    from rollbench.policies.lerobot_check import declared, preflight, summary
-
     bench = f"--env.type={ctx.benchmark.type_name}"
     gives = declared(ctx.benchmark, ctx.config.renames())
     if not gives:
@@ -281,8 +280,6 @@ def check_features(ctx: PolicyContext, ckpt: Path, raw: Mapping[str, Any]) -> No
         return
     action_space = ctx.action_space
     if raw.get("type") in OWNS_ENV_PROCESSORS:
-        from rollbench.policies.lerobot_xvla import model_action_dim, policy_view
-
         gives, action_space = policy_view(gives, model_action_dim(raw))
     rows = preflight(ckpt, gives, action_space, ctx.benchmark, ctx.config.options)
     for r in rows:
@@ -297,8 +294,8 @@ def check_features(ctx: PolicyContext, ckpt: Path, raw: Mapping[str, Any]) -> No
 
 def to_policy_batch(batch: Mapping[str, Any], rows: Sequence[int] | None = None) -> dict[str, Any]:
     """rollbench's numpy batch -> LeRobot's, as `preprocess_observation` + `add_envs_task` build it."""
-    import einops
-    import torch
+    import einops  # optional: comes with lerobot
+    import torch  # heavy, optional: torch (comes with lerobot)
 
     def pick(value: Any) -> np.ndarray:
         arr = np.asarray(value)
@@ -323,7 +320,7 @@ def to_policy_batch(batch: Mapping[str, Any], rows: Sequence[int] | None = None)
 
 
 def _tree(value: Any, pick: Callable[[Any], np.ndarray]) -> Any:
-    import torch
+    import torch  # heavy, optional: torch (comes with lerobot)
 
     if isinstance(value, Mapping):
         return {k: _tree(v, pick) for k, v in value.items()}
@@ -348,7 +345,7 @@ class LeRobotPolicy(Policy):
         ckpt = check_checkpoint_dir(conf)
         raw = read_config(ckpt)
         try:
-            import torch
+            import torch  # heavy, optional: torch (comes with lerobot); a missing one is a ConfigError here
 
             import_config_class(raw.get("type"))
             timeline.mark("lerobot_imported")
@@ -363,8 +360,6 @@ class LeRobotPolicy(Policy):
         self.env_pre: Any = None  # its own env processors (LeRobot's pipelines), once loaded
         self.env_post: Any = None
         if self.owns_env_processors:
-            from rollbench.policies.lerobot_xvla import require_libero
-
             require_libero(ctx.benchmark, ckpt, self.cfg.type)
         self._benchmark = ctx.benchmark
         check_features(ctx, ckpt, raw)
@@ -382,7 +377,7 @@ class LeRobotPolicy(Policy):
             # (its random init draws from torch's RNG before the weights replace it), then one
             # `select_action` per step over each batch, batch after batch: lockstep only
             path = "lockstep"
-            from lerobot.utils.random_utils import set_seed
+            from lerobot.utils.random_utils import set_seed  # optional: lerobot
 
             set_seed(ctx.seed)
         self.path = path
@@ -405,8 +400,6 @@ class LeRobotPolicy(Policy):
             self.policy, self.preprocessor, self.postprocessor = load_policy(self.cfg, ckpt)
             self.policy.eval()
             if self.owns_env_processors:
-                from rollbench.policies.lerobot_xvla import env_pipelines
-
                 self.env_pre, self.env_post, dropped = env_pipelines(self.cfg, self._benchmark, self.preprocessor)
                 if dropped:
                     log.info("%s: its pre-processor has %s already: not applied twice (LeRobot 0.4.4's "
@@ -444,11 +437,11 @@ class LeRobotPolicy(Policy):
             # A sampling policy (Diffusion's noise) draws from torch's global RNG: seed it from
             # the batch's episode seeds, so its episodes depend on their seeds and the batch's
             # make-up, not on what ran before in this process (or before a resume).
-            import torch
+            import torch  # heavy, optional: torch (comes with lerobot)
 
             torch.manual_seed(batch_seed(e.seed for e in episodes))
             return
-        import torch
+        import torch  # heavy, optional: torch (comes with lerobot)
 
         for s, episode in zip(slots, episodes, strict=True):
             self._queues.pop(s, None)
@@ -460,7 +453,7 @@ class LeRobotPolicy(Policy):
                 self._noise[s] = torch.Generator().manual_seed(batch_seed([episode.seed]))
 
     def _autocast(self) -> AbstractContextManager[Any]:
-        import torch
+        import torch  # heavy, optional: torch (comes with lerobot)
 
         return torch.autocast(device_type=self.device.type) if self.use_amp else nullcontext()
 
@@ -479,7 +472,7 @@ class LeRobotPolicy(Policy):
         return self.preprocessor(observation)  # type: ignore[no-any-return]
 
     def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
-        import torch
+        import torch  # heavy, optional: torch (comes with lerobot)
 
         self.ready()
         if self.path == "lockstep" and self.cfg.type in ONE_TASK_PER_CALL and len(set(batch.get("task") or [])) > 1:
@@ -506,7 +499,7 @@ class LeRobotPolicy(Policy):
         return (action.float() if action.dtype == torch.bfloat16 else action).numpy()  # type: ignore[no-any-return]
 
     def _act_chunk(self, batch: Mapping[str, Any], slots: Sequence[int]) -> Any:
-        import torch
+        import torch  # heavy, optional: torch (comes with lerobot)
 
         dry = [i for i, s in enumerate(slots) if not self._queues.get(s)]
         calls = [dry] if dry else []
@@ -525,7 +518,7 @@ class LeRobotPolicy(Policy):
     def _predict_chunk(self, inputs: dict[str, Any], generators: Sequence[Any]) -> Any:
         """`predict_action_chunk` on these rows, each row's noise from its episode's generator,
         sliced to the `n_action_steps` actions the type's `select_action` plays."""
-        import torch
+        import torch  # heavy, optional: torch (comes with lerobot)
 
         n, ptype = self.cfg.n_action_steps, self.cfg.type
         if ptype in FLOW:
@@ -533,7 +526,7 @@ class LeRobotPolicy(Policy):
             noise = torch.cat([torch.normal(0.0, 1.0, size=shape, generator=g) for g in generators])
             chunk = self.policy.predict_action_chunk(inputs, noise=noise.to(self.device))
         elif ptype in ROW_NOISE:
-            from rollbench.policies.lerobot_noise import RowNoise
+            from rollbench.policies.lerobot_noise import RowNoise  # heavy: lerobot_noise imports torch at its top
 
             with RowNoise(generators, ptype) as mode:
                 chunk = self.policy.predict_action_chunk(inputs)
@@ -551,7 +544,7 @@ class LeRobotPolicy(Policy):
         `populate_queues` does); the rows whose queue ran dry get one batched sample, each
         row's noise (the prior and every sampler step's) from its own episode's generator.
         """
-        import torch
+        import torch  # heavy, optional: torch (comes with lerobot)
 
         cfg, model = self.cfg, self.policy.diffusion
         obs = self._inputs(batch, None)
@@ -581,8 +574,8 @@ class LeRobotPolicy(Policy):
         return torch.stack([self._queues[s].popleft() for s in slots])
 
     def _act_ensemble(self, batch: Mapping[str, Any], slots: Sequence[int]) -> Any:
-        import torch
-        from lerobot.policies.act.modeling_act import ACTTemporalEnsembler
+        import torch  # heavy, optional: torch (comes with lerobot)
+        from lerobot.policies.act.modeling_act import ACTTemporalEnsembler  # optional: lerobot
 
         chunk = self.policy.predict_action_chunk(self._inputs(batch, None))
         out = []

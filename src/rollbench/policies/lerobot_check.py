@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from rollbench import hub
 from rollbench.config.env import BenchmarkConfig
 
 
@@ -109,7 +110,7 @@ def _state_keys(ckpt: Path, steps: list[dict[str, Any]]) -> set[str] | None:
     files = [f for f in files if f.is_file()]
     if not files:
         return None
-    from safetensors import safe_open
+    from safetensors import safe_open  # optional: safetensors (comes with lerobot)
 
     keys: set[str] = set()
     for f in files:
@@ -230,15 +231,13 @@ def _tokenizer_step(ckpt: Path) -> dict[str, Any] | None:
 
 def _source_row(key: str, name: str) -> Row:
     """Where a model the policy loads comes from: a local directory, the cache, the hub."""
-    from rollbench import hub
-
     if Path(name).expanduser().is_dir():
         return Row(key, name, "local directory", "ok")
     if not hub.is_hub_id(name):
         return Row(key, name, "not found", "hard", "neither a local directory nor a hub id (ORG/NAME): was the "
                    "checkpoint saved on another machine? point the field at a copy (--policy.<field>=DIR)")
-    from huggingface_hub import constants
-    from huggingface_hub.file_download import repo_folder_name
+    from huggingface_hub import constants  # optional: huggingface_hub (comes with lerobot)
+    from huggingface_hub.file_download import repo_folder_name  # optional: huggingface_hub (comes with lerobot)
 
     snapshots = hub.cache_root() / repo_folder_name(repo_id=name, repo_type="model") / "snapshots"
     if snapshots.is_dir() and any(snapshots.iterdir()):
@@ -338,7 +337,7 @@ def _action_rows(outputs: Mapping[str, Any], modes: Mapping[str, str], have: set
 
 def _action_range(ckpt: Path) -> tuple[np.ndarray, np.ndarray] | None:
     """The dataset's action range, from the stats the post-processor's steps hold."""
-    from safetensors.numpy import load_file
+    from safetensors.numpy import load_file  # optional: safetensors (comes with lerobot)
 
     for step in _steps(ckpt, "postprocessor"):
         path = ckpt / str(step.get("state_file") or "")

@@ -33,8 +33,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+import numpy as np
+
 from rollbench.config.env import BenchmarkConfig
 from rollbench.errors import ConfigError
+from rollbench.policies.lerobot_check import Given
 
 #: the state X-VLA's LIBERO step builds: eef position (3), rotation 6D (6), a 0, then 10 zeros
 STATE_DIM = 20
@@ -65,7 +69,7 @@ def env_config(bench: BenchmarkConfig) -> Any:
     """LeRobot's env config of the benchmark (the bridge's own; LeRobot's LIBERO default)."""
     if libero_kind(bench) == "bridge":
         return bench.lerobot  # type: ignore[attr-defined]
-    from lerobot.envs.configs import LiberoEnv
+    from lerobot.envs.configs import LiberoEnv  # optional: lerobot
 
     return LiberoEnv()
 
@@ -73,7 +77,7 @@ def env_config(bench: BenchmarkConfig) -> Any:
 def env_pipelines(policy_cfg: Any, bench: BenchmarkConfig, policy_pre: Any) -> tuple[Any, Any, list[str]]:
     """(env pre-processor, env post-processor, names of the env steps dropped): LeRobot's own,
     minus the steps the checkpoint's pre-processor `policy_pre` already has."""
-    from lerobot.envs.factory import make_env_pre_post_processors
+    from lerobot.envs.factory import make_env_pre_post_processors  # optional: lerobot
 
     pre, post = make_env_pre_post_processors(env_cfg=env_config(bench), policy_cfg=policy_cfg)
     own = {type(step) for step in policy_pre.steps}
@@ -90,7 +94,7 @@ def model_action_dim(cfg: Mapping[str, Any]) -> int | None:
     if mode == "auto":
         shape = list(((cfg.get("output_features") or {}).get("action") or {}).get("shape") or [])
         return int(shape[0]) if len(shape) == 1 else None
-    from lerobot.policies.xvla.action_hub import ACTION_REGISTRY
+    from lerobot.policies.xvla.action_hub import ACTION_REGISTRY  # optional: lerobot
 
     space = ACTION_REGISTRY.get(mode)
     return int(space.dim_action) if space is not None else None
@@ -103,11 +107,6 @@ def policy_view(gives: Mapping[str, Any], width: int | None) -> tuple[dict[str, 
 
     Imports nothing of LeRobot: `rollbench check` calls it with an env alive in the process,
     and importing torchvision's ops (triton) after LIBERO's EGL context segfaults."""
-    import gymnasium as gym
-    import numpy as np
-
-    from rollbench.policies.lerobot_check import Given
-
     out = dict(gives)
     state = out.get("observation.state")
     if state is not None:

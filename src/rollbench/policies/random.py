@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext
@@ -28,8 +29,6 @@ class RandomPolicy(Policy):
             self._rngs[slot] = np.random.default_rng(ep.seed)
 
     def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
-        import gymnasium as gym
-
         space = self._space
         if isinstance(space, gym.spaces.Discrete):
             return np.array([space.start + self._rngs[s].integers(space.n) for s in slots], dtype=np.int64)

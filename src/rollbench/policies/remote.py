@@ -103,8 +103,8 @@ class Link:
     def open(self, greeting_wait: float | None) -> None:
         """Connect (with retries and backoff); wait up to `greeting_wait` s for a first frame."""
         try:
-            from websockets.exceptions import InvalidStatus
-            from websockets.sync.client import connect
+            from websockets.exceptions import InvalidStatus  # optional: websockets (the remote extra)
+            from websockets.sync.client import connect  # optional: websockets (the remote extra)
         except ImportError as err:
             raise ConfigError(f"--policy.type=remote needs websockets ({err}); {INSTALL_HINT}") from None
         headers = {"Authorization": f"Api-Key {self.api_key}"} if self.api_key else None

@@ -88,7 +88,7 @@ def _default_vla_eval(obj: Any) -> Any:
 
 def packb(obj: Any, dialect: Dialect = "openpi") -> bytes:
     """msgpack bytes of `obj`, arrays encoded the way `dialect`'s peers decode them."""
-    import msgpack
+    import msgpack  # optional: msgpack (the remote extra)
 
     default = _default_openpi if dialect == "openpi" else _default_vla_eval
     try:
@@ -129,7 +129,7 @@ def _decode_image(obj: Mapping[Any, Any]) -> np.ndarray:
         return _decode_array(obj)
     if fmt not in ("png", "jpeg"):
         raise ProtocolError(f"an __image__ map has format {fmt!r}; expected raw, png or jpeg")
-    from PIL import Image
+    from PIL import Image  # optional: pillow, only for png/jpeg images
 
     try:
         return np.array(Image.open(io.BytesIO(_get(obj, "data"))))
@@ -151,7 +151,7 @@ def _object_hook(obj: dict[Any, Any]) -> Any:
 
 def unpackb(data: bytes | str) -> Any:
     """Decode one frame; ProtocolError saying why it is not one."""
-    import msgpack
+    import msgpack  # optional: msgpack (the remote extra)
 
     if isinstance(data, str):
         raise ProtocolError("got a text frame; frames are binary msgpack")

@@ -210,6 +210,7 @@ def compare_main(positional: list[str], flags: dict[str, Any]) -> int:
         raise ConfigError("--margin is the anytime design's equivalence margin; --design=fixed decides better or worse only")
     seq = None
     if opts.get("sequential"):
+        # lazy: --sequential only; every command's --help imports this module (~15 ms saved)
         from rollbench.report.sequential_cmd import sequential_compare
 
         seq = sequential_compare(

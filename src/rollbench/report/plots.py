@@ -37,7 +37,7 @@ _ids = itertools.count()
 
 def to_svg(fig: Any) -> str:
     """The figure as an `<svg>` element: no XML prolog, no metadata, ids made unique."""
-    import matplotlib
+    import matplotlib  # heavy: matplotlib (~0.1-0.3 s); loaded only when a chart is drawn
 
     buf = io.StringIO()
     with matplotlib.rc_context(_RC):
@@ -54,8 +54,8 @@ def to_svg(fig: Any) -> str:
 def _figure(height: float, left: float = 0.6, right: float = 0.2, width: float = 7.0) -> Any:
     """A figure with fixed margins in inches: a layout engine would cost a third of the
     report's time (measured: ~0.1 s a chart), and our labels' sizes are known."""
-    import matplotlib
-    from matplotlib.figure import Figure
+    import matplotlib  # heavy: matplotlib (~0.1-0.3 s); loaded only when a chart is drawn
+    from matplotlib.figure import Figure  # heavy: matplotlib (~0.1-0.3 s); loaded only when a chart is drawn
 
     with matplotlib.rc_context(_RC):
         fig = Figure(figsize=(width, height))
@@ -78,7 +78,7 @@ class Bar:
 
 def success_bars(bars: Sequence[Bar]) -> str:
     """Per-task success (%) with 95% Wilson whiskers, best task on top."""
-    import matplotlib
+    import matplotlib  # heavy: matplotlib (~0.1-0.3 s); loaded only when a chart is drawn
 
     shown = sorted((b for b in bars if b.n), key=lambda b: (b.k / b.n, b.name))
     labels = [f"{b.name}  {b.k}/{b.n}" for b in shown]
@@ -103,7 +103,7 @@ def success_bars(bars: Sequence[Bar]) -> str:
 
 def length_histogram(success_steps: Sequence[int], failure_steps: Sequence[int]) -> str:
     """Episode lengths of successes and of failures, on shared bins."""
-    import matplotlib
+    import matplotlib  # heavy: matplotlib (~0.1-0.3 s); loaded only when a chart is drawn
 
     fig = _figure(2.6)
     with matplotlib.rc_context(_RC):
@@ -159,7 +159,7 @@ def activity(spans: Sequence[Span], points: int = 400) -> Activity:
 
 def throughput(spans: Sequence[Span]) -> str:
     """Episodes finished per second and busy workers, over the run's time."""
-    import matplotlib
+    import matplotlib  # heavy: matplotlib (~0.1-0.3 s); loaded only when a chart is drawn
 
     act = activity(spans)
     fig = _figure(2.6, right=0.6)
@@ -189,7 +189,7 @@ class Difference:
 
 def differences(rows: Sequence[Difference]) -> str:
     """B - A per task with its 95% Newcombe interval; colour says what the test concluded."""
-    import matplotlib
+    import matplotlib  # heavy: matplotlib (~0.1-0.3 s); loaded only when a chart is drawn
 
     fig = _figure(0.75 + 0.22 * len(rows), left=_label_width([r.name for r in rows]))
     with matplotlib.rc_context(_RC):
@@ -219,7 +219,7 @@ class Narrowing:
 def narrowing(tasks: Sequence[Narrowing], ci_width: float, max_episodes: int, columns: int = 5) -> str:
     """Adaptive runs: each task's 95% Wilson interval after each look of the stop rule, and
     where the task stopped (small multiples on shared axes)."""
-    import matplotlib
+    import matplotlib  # heavy: matplotlib (~0.1-0.3 s); loaded only when a chart is drawn
 
     rows = -(-len(tasks) // columns)
     cols = min(columns, len(tasks))

@@ -21,6 +21,7 @@ from rollbench.errors import ConfigError, did_you_mean
 from rollbench.report import plots
 from rollbench.report.html import cards, esc, output_file, page, src, table, write_atomic
 from rollbench.report.runs import Run, command_line, load_run
+from rollbench.results.log import read_records
 from rollbench.results.summary import wilson
 
 REPORT = "report.html"
@@ -139,6 +140,7 @@ def _adaptive(run: Run) -> Iterator[str]:
     if "versus" in a:
         yield from _versus(run, a)
         return
+    # lazy: adaptive runs only; every command's --help imports this module
     from rollbench.results.adaptive import StopRule
 
     rule = StopRule(float(a["ci_width"]), int(a["block"]), int(a["max_episodes"]), int(a.get("seeds", 1)))
@@ -190,8 +192,6 @@ def _lengths(run: Run) -> Iterator[str]:
 
 
 def _throughput(run: Run) -> Iterator[str]:
-    from rollbench.results.log import read_records
-
     yield "<h2>Throughput over time</h2>"
     spans = [
         plots.Span(r.finished_at - r.wall_s, r.finished_at, f"{r.writer}/{r.worker}")

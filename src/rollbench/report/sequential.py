@@ -168,7 +168,7 @@ def spent(alpha: float, fraction: float) -> float:
     """O'Brien-Fleming-like alpha spending (Lan & DeMets 1983): how much of the two-sided
     alpha may be spent once `fraction` of the budget's pairs are in. Little early, nearly
     all at the end, so the last look keeps close to the fixed-n test's power."""
-    from scipy.stats import norm
+    from scipy.stats import norm  # heavy: scipy.stats (~0.6 s to import)
 
     if fraction <= 0:
         return 0.0
@@ -250,7 +250,7 @@ def fixed_budget_test(
     share q of B's wins that its boundaries at the stopping look do not reject, as p_B - p_A
     = psi (2q - 1) with psi, the chance of a discordant pair, at its 95% Clopper-Pearson
     bounds. It excludes 0 exactly when the test decides (q = 1/2 is rejected)."""
-    from scipy.stats import beta
+    from scipy.stats import beta  # heavy: scipy.stats (~0.6 s to import)
 
     _check(alpha, 0.0, block)
     if len(a) != len(b):
@@ -405,7 +405,7 @@ def fixed_n_for_power(p_only_a: float, p_only_b: float, alpha: float, power: flo
     psi, delta = p_only_a + p_only_b, abs(p_only_b - p_only_a)
     if delta == 0 or power <= 0:
         return None
-    from scipy.stats import norm
+    from scipy.stats import norm  # heavy: scipy.stats (~0.6 s to import)
 
     z_a, z_b = float(norm.ppf(1 - alpha / 2)), float(norm.ppf(min(power, 1 - 1e-9)))
     n = max(1, math.ceil((z_a * math.sqrt(psi) + z_b * math.sqrt(max(0.0, psi - delta**2))) ** 2 / delta**2))

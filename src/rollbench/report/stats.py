@@ -100,7 +100,7 @@ def newcombe_paired(t: Paired) -> tuple[float, float]:
 
 def mcnemar_exact(t: Paired) -> float:
     """Two-sided exact McNemar p: the discordant units split 50:50 under no difference."""
-    from scipy.stats import binomtest
+    from scipy.stats import binomtest  # heavy: scipy.stats (~0.6 s to import)
 
     discordant = t.only_a + t.only_b
     if discordant == 0:
@@ -110,7 +110,7 @@ def mcnemar_exact(t: Paired) -> float:
 
 def unpaired_test(k_a: int, n_a: int, k_b: int, n_b: int) -> tuple[str, float]:
     """(test name, two-sided p) for independent samples: Boschloo, or Fisher for huge tables."""
-    from scipy.stats import boschloo_exact, fisher_exact
+    from scipy.stats import boschloo_exact, fisher_exact  # heavy: scipy.stats (~0.6 s to import)
 
     table = [[k_b, k_a], [n_b - k_b, n_a - k_a]]
     if (n_a + 1) * (n_b + 1) > BOSCHLOO_MAX_TABLES:
@@ -132,7 +132,7 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 
 
 def _z(alpha: float, power: float) -> tuple[float, float]:
-    from scipy.stats import norm
+    from scipy.stats import norm  # heavy: scipy.stats (~0.6 s to import)
 
     return float(norm.ppf(1 - alpha / 2)), float(norm.ppf(power))
 
@@ -160,7 +160,7 @@ EXACT_POWER_MAX_N = 2000
 
 def mcnemar_power(n: int, p_only_a: float, p_only_b: float, alpha: float) -> float:
     """Exact power of the exact McNemar test for `n` pairs with these discordance rates."""
-    from scipy.stats import binom
+    from scipy.stats import binom  # heavy: scipy.stats (~0.6 s to import)
 
     psi = p_only_a + p_only_b
     d = np.arange(n + 1)

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from rollbench.errors import ConfigError
+from rollbench.errors import ConfigError, error_line
 from rollbench.results.records import EpisodeRecord
 
 log = logging.getLogger(__name__)
@@ -77,10 +77,10 @@ def _lerobot_dataset(output_dir: Path) -> Any:
     os.environ.setdefault("HF_DATASETS_CACHE", str(output_dir / ".cache" / "hf-datasets"))
     _quiet_lerobot_datasets()
     try:
-        from lerobot.datasets.lerobot_dataset import LeRobotDataset
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset  # optional: lerobot
     except ImportError as err:
         raise ConfigError(f"--eval.recording needs LeRobot's dataset writer (lerobot 0.4.4 or 0.6): {err}") from None
-    import datasets
+    import datasets  # optional: comes with lerobot
 
     datasets.disable_progress_bars()  # `Map: 100%` once per episode
     return LeRobotDataset
@@ -179,7 +179,7 @@ def write_part(output_dir: Path, rec: EpisodeRecord, fps: int, task: str, repo_i
 def _bool_stats_become_float() -> bool:
     """Whether the installed LeRobot gives a boolean feature float min/max in an episode of
     two frames or more (0.6 does: its quantile path casts; 0.4.4 keeps bool)."""
-    from lerobot.datasets.compute_stats import get_feature_stats
+    from lerobot.datasets.compute_stats import get_feature_stats  # optional: lerobot
 
     stats = get_feature_stats(np.array([[True], [False]]), axis=0, keepdims=False)
     return bool(np.asarray(stats["min"]).dtype != np.bool_)
@@ -195,8 +195,8 @@ def _stats_as_longer_episodes_have_them(part: Path) -> None:
     episode table gets the longer episodes' dtype, as LeRobot would have computed it."""
     if not _bool_stats_become_float():
         return
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # optional: comes with lerobot's datasets
+    import pyarrow.parquet as pq  # optional: comes with lerobot's datasets
 
     for path in sorted((part / "meta" / "episodes").rglob("*.parquet")):
         table = pq.read_table(path)
@@ -339,7 +339,7 @@ def merge_parts(output_dir: Path, records: Iterable[EpisodeRecord], root: Path, 
     if not parts:
         return 0
     _lerobot_dataset(output_dir)
-    from lerobot.datasets.aggregate import aggregate_datasets
+    from lerobot.datasets.aggregate import aggregate_datasets  # optional: lerobot
 
     tmp = root.with_name(f".{root.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -362,8 +362,6 @@ def push(output_dir: Path, root: Path, repo_id: str, private: bool) -> str | Non
     try:
         _lerobot_dataset(output_dir)(repo_id, root=root).push_to_hub(private=private)
     except Exception as err:  # the network, a token, a name: the evaluation is done and saved regardless
-        from rollbench.errors import error_line
-
         return (f"--eval.recording_repo_id={repo_id}: the push to the hub failed ({error_line(err)}); the dataset is "
                 f"saved in {root}; push it with: hf upload --repo-type=dataset {repo_id} {root}")
     return None

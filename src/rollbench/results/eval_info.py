@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import gymnasium
+import numpy
+
+from rollbench import __version__
 from rollbench.results import adaptive, stopped
 from rollbench.results.merge import Merged
 from rollbench.results.store import EVAL_INFO, write_json_atomic
@@ -33,11 +37,6 @@ EXECUTION_KEYS = ("scheduling", "launch", "tune", "merged_from", "startup", "pol
 
 
 def versions(cfg: RunConfig) -> dict[str, str]:
-    import gymnasium
-    import numpy
-
-    from rollbench import __version__
-
     return {
         "rollbench": __version__,
         "python": platform.python_version(),

@@ -38,6 +38,7 @@ def video_path(output_dir: str | Path, task_group: str, task_id: int, episode_in
 
 def check_encoder() -> None:
     try:
+        # optional: PyAV (the video extra); importing it is the check
         import av  # noqa: F401
     except ImportError:
         raise ConfigError(
@@ -55,7 +56,7 @@ class _Episode:
         self.stream: Any = None
 
     def add(self, frame: np.ndarray) -> None:
-        import av
+        import av  # optional: PyAV (the video extra)
 
         if self.container is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 # header: float64 beat (time.monotonic of the worker's last sign of life) at byte 0, and at
@@ -33,8 +34,6 @@ class ArraySpec:
 
 def obs_layout(space: Any) -> tuple[ArraySpec, ...] | None:
     """Array specs of a Box or Dict-of-Box observation space; None when not flat."""
-    import gymnasium as gym
-
     if isinstance(space, gym.spaces.Box):
         return (ArraySpec("", tuple(space.shape or ()), np.dtype(space.dtype).str),)
     if isinstance(space, gym.spaces.Dict) and all(isinstance(s, gym.spaces.Box) for s in space.spaces.values()):

@@ -25,6 +25,7 @@ and traceback are reported, and the driver decides whether to retry.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import sys
 import time
@@ -41,7 +42,7 @@ from rollbench.rendering import apply_backend, gl_failure_hint
 from rollbench.results.video import VideoRecorder
 from rollbench.rollout import EpisodeTracker, VideoPlan, grab_frame
 from rollbench.scheduler.common import StepContext
-from rollbench.scheduler.shm import ArraySpec, SlotBuffer
+from rollbench.scheduler.shm import ArraySpec, SlotBuffer, stack_any
 
 
 @dataclass(frozen=True)
@@ -335,7 +336,7 @@ class Worker:
             running = self._running()
             if running:
                 obs = [self.slots[i].obs for i in running]
-                batch = self._stack(obs) if layout is not None else _stack_any(obs)
+                batch = self._stack(obs) if layout is not None else stack_any(obs)
                 prompts = [self.bench.policy_task(self.slots[i].task or "") for i in running]
                 try:
                     actions = self.ctx.act(self.policy, batch, [self.base_slot + i for i in running], prompts)
@@ -351,12 +352,6 @@ class Worker:
             if report:
                 report.policy_calls = (self.ctx.counts.calls, self.ctx.counts.rows)
                 self.conn.send(("report", report))
-
-
-def _stack_any(obs: list[Any]) -> Any:
-    from rollbench.scheduler.shm import stack_any
-
-    return stack_any(obs)
 
 
 def worker_main(conn: Any, spec: WorkerSpec) -> None:
@@ -388,8 +383,6 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
             worker.close()
             if worker.policy is not None:  # worker placement: this worker's own (a connection, a model's memory)
                 worker.policy.close()
-        import resource
-
         peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
         print(f"worker {spec.index} (pid {os.getpid()}) done: peak RSS {peak_mib:.0f} MiB", file=sys.stderr, flush=True)
     except (EOFError, BrokenPipeError, KeyboardInterrupt):

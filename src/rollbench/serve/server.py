@@ -189,7 +189,7 @@ class PolicyServer:
 
     # -- one connection --------------------------------------------------------------------
     async def handle(self, ws: Any) -> None:
-        from websockets.exceptions import ConnectionClosed
+        from websockets.exceptions import ConnectionClosed  # optional: websockets (the remote extra)
 
         conn = Connection(self)
         self.stats.connections += 1
@@ -215,7 +215,7 @@ class PolicyServer:
 
     async def _writer(self, ws: Any, outbox: asyncio.Queue[tuple[Any, ...] | None]) -> None:
         """Replies in the order the requests came (openpi's replies carry no id)."""
-        from websockets.exceptions import ConnectionClosed
+        from websockets.exceptions import ConnectionClosed  # optional: websockets (the remote extra)
 
         while (item := await outbox.get()) is not None:
             dialect, seq, result = item
@@ -431,7 +431,7 @@ class PolicyServer:
 
     # -- running -----------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event, ready: Callable[[int], None] | None = None) -> None:
-        from websockets.asyncio.server import serve
+        from websockets.asyncio.server import serve  # optional: websockets (the remote extra)
 
         self._queue = asyncio.Queue()
         tasks = [asyncio.create_task(self._batcher()), asyncio.create_task(self._report())]

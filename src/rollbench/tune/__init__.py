@@ -25,13 +25,20 @@ from typing import Any
 
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError
+from rollbench.plan import plan_for, shard
 from rollbench.policies.base import Policy
-from rollbench.tune.figures import SCHEMA, EnvProbe, PolicyProbe, Probe, RunShape, estimated
+from rollbench.rendering import check_user_backend, choose_backend, osmesa_loadable, user_backend
+from rollbench.scheduler.common import StepContext, cpu_count
+from rollbench.scheduler.shm import obs_layout
+from rollbench.tune.figures import SCHEMA, EnvProbe, PolicyProbe, Probe, RunShape, estimated, measured
 from rollbench.tune.model import Recommendation, recommend
 
-__all__ = ["Probe", "Recommendation", "apply", "eval_command", "load", "measure", "prediction", "recommend", "report", "save"]
+__all__ = ["Probe", "Recommendation", "eval_command", "load", "measure", "prediction", "recommend", "report", "save"]
 
 log = logging.getLogger(__name__)
+
+# What a probe process does not need is imported inside the functions that use it: probe
+# processes (probe_process.py) import this package and should load what a worker loads, no more.
 
 
 def _renders_obs(cfg: RunConfig) -> bool:
@@ -52,12 +59,9 @@ def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, r
     """Probe the machine, the env and the policy for `cfg`, within `budget_s` (default
     `cfg.tune.budget_s`). With `wall_share`, the measurement windows stop at that share of
     the wall predicted from the warm-up (less what was spent): `--workers=auto`."""
-    from rollbench.plan import plan_for, shard
-    from rollbench.rendering import check_user_backend, choose_backend, osmesa_loadable, user_backend
-    from rollbench.scheduler.common import StepContext
-    from rollbench.scheduler.decide import decide_placement
-    from rollbench.tune import probe as p
-    from rollbench.tune.env_probe import probe_env
+    from rollbench.scheduler.decide import decide_placement  # lazy: keeps probe processes light
+    from rollbench.tune import probe as p  # lazy: keeps probe processes light
+    from rollbench.tune.env_probe import probe_env  # lazy: keeps probe processes light
 
     started = time.monotonic()
     budget = cfg.tune.budget_s if budget_s is None else budget_s
@@ -120,9 +124,6 @@ def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, r
 def _driver_setup(cfg: RunConfig) -> Any:
     """What the continuous scheduler does before its workers start: one env per task for
     the observation layout (timed on up to 5 tasks, scaled to all)."""
-    from rollbench.scheduler.shm import obs_layout
-    from rollbench.tune.figures import estimated, measured
-
     tasks = [t for names in cfg.env.tasks().values() for t in names]
     t0 = time.perf_counter()
     for task in tasks[:5]:
@@ -238,7 +239,7 @@ def default_output(cfg: RunConfig) -> Path:
 def save(path: Path, probe: Probe, rec: Recommendation, command: str, cfg: RunConfig | None = None) -> Path | None:
     """Write the probe and the recommendation to `path`; with `cfg`, also store the probe
     for later `--workers=auto` runs (cache.py); returns where it was stored."""
-    from rollbench.results.store import write_json_atomic
+    from rollbench.results.store import write_json_atomic  # lazy: keeps probe processes light
 
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {
@@ -256,7 +257,7 @@ def save(path: Path, probe: Probe, rec: Recommendation, command: str, cfg: RunCo
 
 
 def _store(cfg: RunConfig, probe: Probe) -> Path | None:
-    from rollbench.tune import cache
+    from rollbench.tune import cache  # lazy: keeps probe processes light
 
     if probe.env.windows <= 0:
         return None  # the warm-up's figures only: not worth reusing
@@ -288,7 +289,7 @@ class ProbeUse:
     budget_s: float = 0.0
 
     def line(self, rec: Recommendation | None) -> str:
-        from rollbench.tune.cache import shown
+        from rollbench.tune.cache import shown  # lazy: keeps probe processes light
 
         wall = rec.predicted_wall_s if rec is not None else 0.0
         share = f" ({self.seconds / wall:.0%} of the predicted {wall:.1f} s)" if wall > 0 else ""
@@ -325,16 +326,12 @@ def prediction(rec: Recommendation | None, use: ProbeUse | None = None) -> dict[
 
 def fits(probe: Probe, cfg: RunConfig) -> bool:
     """A saved probe describes this machine and this kind of run."""
-    from rollbench.scheduler.common import cpu_count
-
     return probe.host == socket.gethostname() and int(probe.machine.cores.v) == cpu_count() and \
         probe.policy.type == cfg.policy.type and probe.policy.device == cfg.policy.device
 
 
 def _this_run(cfg: RunConfig, probe: Probe) -> Probe:
     """A probe measured for another run of the same kind, applied to this run's amount of work."""
-    from rollbench.plan import plan_for, shard
-
     n = len(shard(plan_for(cfg), cfg.eval.shard_id, cfg.eval.num_shards))
     return dataclasses.replace(probe, run=run_shape(cfg, n))
 
@@ -343,10 +340,9 @@ def for_eval(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int) -> 
     """`--workers=auto`: load, reuse or measure a probe (or none, for a run too short to pay
     for one), and recommend; `scheduler.decide` takes the recommendation (the config is
     never rewritten). Logs one line that says which."""
-    from rollbench.plan import plan_for, shard
-    from rollbench.tune import budget as b
-    from rollbench.tune import cache
-    from rollbench.tune.probe import probe_machine
+    from rollbench.tune import budget as b  # lazy: keeps probe processes light
+    from rollbench.tune import cache  # lazy: keeps probe processes light
+    from rollbench.tune.probe import probe_machine  # lazy: keeps probe processes light
 
     t0 = time.monotonic()
     probe: Probe | None = None

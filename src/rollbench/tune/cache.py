@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import platform
 import socket
 import time
 from dataclasses import dataclass
@@ -26,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from rollbench.config.run import RunConfig
+from rollbench.results.eval_info import versions as run_versions
+from rollbench.results.store import write_json_atomic
+from rollbench.scheduler.common import cpu_count
 from rollbench.tune.figures import SCHEMA, GpuInfo, Probe
 
 log = logging.getLogger(__name__)
@@ -47,14 +51,10 @@ def cpu_model() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    import platform
-
     return platform.processor() or platform.machine()
 
 
 def machine_identity(gpus: tuple[GpuInfo, ...] | list[GpuInfo]) -> dict[str, Any]:
-    from rollbench.scheduler.common import cpu_count
-
     return {"host": socket.gethostname(), "cores": cpu_count(), "cpu": cpu_model(), "gpus": [g.name for g in gpus]}
 
 
@@ -82,8 +82,6 @@ def run_identity(cfg: RunConfig) -> dict[str, Any]:
 
 
 def versions(cfg: RunConfig) -> dict[str, str]:
-    from rollbench.results.eval_info import versions as run_versions
-
     out = dict(run_versions(cfg))
     try:
         out["torch"] = metadata.version("torch")
@@ -137,8 +135,6 @@ def lookup(cfg: RunConfig, gpus: tuple[GpuInfo, ...] | list[GpuInfo]) -> Lookup:
 
 def store(cfg: RunConfig, probe: Probe) -> Path | None:
     """Store `probe` for later `--workers=auto` runs; None (and a debug line) if it cannot be."""
-    from rollbench.results.store import write_json_atomic
-
     path, identity = entry_path(cfg, probe.machine.gpus)
     data = {
         "cache_schema": CACHE_SCHEMA, "identity": identity, "versions": versions(cfg), "measured_at": time.time(),

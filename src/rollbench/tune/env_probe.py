@@ -31,6 +31,8 @@ from typing import Any
 
 from rollbench.config.run import RunConfig
 from rollbench.plan import EpisodeUnit
+from rollbench.rendering import apply_backend
+from rollbench.rollout import grab_frame
 from rollbench.tune.figures import EnvProbe, Figure, estimated, measured
 from rollbench.tune.probe_process import (
     FRAMES,
@@ -344,11 +346,7 @@ class RenderSpec:
 
 def _child_render(conn: Any, spec: RenderSpec) -> None:
     try:
-        from rollbench.rendering import apply_backend
-
         apply_backend(spec.backend)
-        from rollbench.rollout import grab_frame
-
         env = spec.cfg.env.make_task_env(spec.task)
         env.reset(seed=spec.seed)
         grab_frame(env, spec.task, spec.cfg.eval.video_size)  # context creation

@@ -7,6 +7,7 @@ be tested on recorded probes of machines we do not have (several GPUs, a big CPU
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,8 +150,6 @@ class Probe:
 
 def _build(tp: Any, data: Any) -> Any:
     """Rebuild nested frozen dataclasses from `asdict` output."""
-    import typing
-
     if data is None:
         return None
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):

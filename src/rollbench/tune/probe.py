@@ -8,6 +8,7 @@ the driver runs it: load time, weights, memory, and time per call at batch sizes
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -23,6 +24,8 @@ import numpy as np
 from rollbench.config.run import RunConfig
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
+from rollbench.scheduler.common import StepContext, cpu_count
+from rollbench.scheduler.shm import stack_any
 from rollbench.tune.figures import (
     Figure,
     GpuInfo,
@@ -40,8 +43,6 @@ log = logging.getLogger(__name__)
 
 
 def probe_machine() -> MachineProbe:
-    from rollbench.scheduler.common import cpu_count
-
     return MachineProbe(
         cores=measured(cpu_count(), "CPUs this process may run on"),
         mem_available_bytes=_mem_available(),
@@ -156,8 +157,6 @@ def rss_now() -> int:
 
 def probe_policy(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int, obs: Any, unit: EpisodeUnit,
                  budget_s: float, max_batch: int, placement: str) -> PolicyProbe:
-    from rollbench.scheduler.common import StepContext
-
     ctx = StepContext(cfg.env, cfg.policy)
     period = float(getattr(policy, "steps_per_inference", 1) or 1)
     torch: Any = sys.modules.get("torch")
@@ -193,8 +192,6 @@ def probe_policy(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int,
 
 
 def _time_batches(ctx: Any, policy: Policy, obs: Any, unit: EpisodeUnit, budget_s: float, max_batch: int) -> tuple[InferencePoint, ...]:
-    from rollbench.scheduler.shm import stack_any
-
     torch: Any = sys.modules.get("torch")
     cuda = torch is not None and ctx.policy_config.device.startswith("cuda")
     deadline = time.monotonic() + budget_s
@@ -244,10 +241,6 @@ def _time_batches(ctx: Any, policy: Policy, obs: Any, unit: EpisodeUnit, budget_
 
 
 def _amp_points(cfg: RunConfig, obs: Any, unit: EpisodeUnit, budget_s: float, batches: list[int]) -> tuple[InferencePoint, ...]:
-    import dataclasses
-
-    from rollbench.scheduler.common import StepContext
-
     pol_cfg = dataclasses.replace(cfg.policy, use_amp=True)
     ctx = StepContext(cfg.env, pol_cfg, cfg.seed)
     policy = ctx.make_policy()

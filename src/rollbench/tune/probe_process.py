@@ -24,9 +24,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from rollbench.config.env import set_episode_index
 from rollbench.config.run import RunConfig
 from rollbench.errors import RollbenchError
 from rollbench.plan import EpisodeUnit
+from rollbench.rendering import apply_backend
+from rollbench.rollout import EpisodeTracker, grab_frame
+from rollbench.scheduler.common import StepContext
+from rollbench.scheduler.shm import stack_any
 
 #: the first steps of a fresh env are not the run's steady state (caches, lazy set-up)
 WARM_SKIP_STEPS = 10
@@ -57,8 +62,6 @@ class Stepper:
     """One worker slot: its tasks in turn, one env kept per task, a fresh unit each episode."""
 
     def __init__(self, spec: EnvProbeSpec) -> None:
-        from rollbench.scheduler.common import StepContext
-
         self.spec = spec
         self.bench = spec.cfg.env
         self.ctx = StepContext(self.bench, spec.cfg.policy, spec.cfg.seed)
@@ -89,9 +92,6 @@ class Stepper:
 
     def start(self, k: int) -> None:
         """Reset task k's env into its next unit (the plan's own seeds, in order, cycling)."""
-        from rollbench.config.env import set_episode_index
-        from rollbench.rollout import EpisodeTracker
-
         units = self.spec.units[k]
         unit = units[self.next_unit[k] % len(units)]
         self.next_unit[k] += 1
@@ -110,8 +110,6 @@ class Stepper:
         """One iteration of a worker's loop: (policy seconds, env-step seconds, episode ended).
         An episode that ends is reset into the next task's next unit, as a worker would
         (unless not `advance`)."""
-        from rollbench.scheduler.shm import stack_any
-
         pol = 0.0
         if self.policy is not None:
             t0 = time.perf_counter()
@@ -132,8 +130,6 @@ class Stepper:
     def warm_up(self) -> dict[str, Any]:
         """Build every task's env, then run each task's first episode (or `warm_s` of it);
         per task, the steps after the first WARM_SKIP_STEPS as a window would count them."""
-        from rollbench.rollout import grab_frame
-
         builds = [self.build(k) for k in range(len(self.spec.units))]
         stats: dict[str, list[float]] = {}
         frames: list[float] = []
@@ -181,8 +177,6 @@ class Stepper:
 
 def child_main(conn: Any, spec: EnvProbeSpec) -> None:
     try:
-        from rollbench.rendering import apply_backend
-
         apply_backend(spec.backend)
         stepper = Stepper(spec)
         conn.send(("started", time.time() - spec.started_at))
