@@ -271,7 +271,7 @@ FORMS = {
 
 @pytest.mark.parametrize("form", list(FORMS))
 def test_envhub_file_through_hub(cli, tmp_path: Path, form: str) -> None:
-    from rollbench.benchmarks.hub import HubConfig
+    from rollbench.benchmarks.envhub import HubConfig
 
     vec_import, body = FORMS[form]
     path = tmp_path / "walk_env.py"

@@ -104,7 +104,7 @@ def config_from_flags(flags: dict[str, str]) -> RunConfig:
 def resolved(cfg: RunConfig) -> RunConfig:
     """The run's config with a hub checkpoint or EnvHub repository resolved to its commit
     (downloaded once, here)."""
-    from rollbench.policies.hub import resolve_policy  # lazy: not on the path of --help and list
+    from rollbench.policies.checkpoint import resolve_policy  # lazy: not on the path of --help and list
 
     policy, env = resolve_policy(cfg.policy), cfg.env.resolve()
     return cfg if policy is cfg.policy and env is cfg.env else dataclasses.replace(cfg, policy=policy, env=env)

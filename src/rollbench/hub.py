@@ -1,8 +1,8 @@
 """Repositories on the Hugging Face hub, resolved to a commit and a directory in the cache.
 
 One resolver for everything rollbench takes from the hub: policy checkpoints
-(`--policy.path=ORG/NAME`, `policies/hub.py`) and EnvHub files (`--env.hub_path=ORG/NAME`,
-`benchmarks/hub.py`). It calls `huggingface_hub.snapshot_download`, so the standard cache
+(`--policy.path=ORG/NAME`, `policies/checkpoint.py`) and EnvHub files (`--env.hub_path=ORG/NAME`,
+`benchmarks/envhub.py`). It calls `huggingface_hub.snapshot_download`, so the standard cache
 and its variables (`HF_HOME`, `HF_HUB_CACHE`, `HF_TOKEN`, `HF_ENDPOINT`, `HF_HUB_OFFLINE`)
 mean what they mean everywhere else. A commit already in the cache is used as it is, with
 no request: a commit's snapshot never changes, so the processes of a run that the driver

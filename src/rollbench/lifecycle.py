@@ -72,7 +72,7 @@ class RunOutcome:
         return not self.failed and not self.problems
 
 
-def check(cfg: RunConfig) -> list[EpisodeUnit]:
+def checked_plan(cfg: RunConfig) -> list[EpisodeUnit]:
     """The run's plan, once its benchmark is installed and its tasks exist (no side effects)."""
     cfg.env.check_available()
     check_user_backend(cfg.env)  # before validate_tasks: listing the tasks can import MuJoCo
@@ -240,7 +240,7 @@ def run_eval(
     cfg: RunConfig, executor: Executor, progress_stream: Any = None, command: list[str] | None = None,
 ) -> RunOutcome:
     """Open the run, execute what is left of it, close it."""
-    plan = check(cfg)
+    plan = checked_plan(cfg)
     child = launched_child(cfg)
     try:
         executor.setup(cfg)  # a bad policy fails here, before any output is written

@@ -12,7 +12,7 @@ needs that structure in the driver and one fresh env per slot in its workers, so
 factory runs, gymnasium's vector env classes are replaced by `RecordedVectorEnv`, which keeps
 the env factories it is given and builds nothing (`vector_env_catalogue`). Each suite is a
 task group; its task `<suite>/<task_id>` (or just `<suite>` when it is the suite's only
-task, id 0) is built by calling LeRobot's own factory function of that task. `benchmarks/hub.py` uses the same catalogue for LeRobot's EnvHub files.
+task, id 0) is built by calling LeRobot's own factory function of that task. `benchmarks/envhub.py` uses the same catalogue for LeRobot's EnvHub files.
 """
 
 from __future__ import annotations

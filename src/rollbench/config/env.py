@@ -36,7 +36,7 @@ for _name, _target in {
     "pusht": "rollbench.benchmarks.pusht:PushTConfig",
     "gym": "rollbench.benchmarks.gym:GymConfig",
     "fake": "rollbench.benchmarks.fake:FakeConfig",
-    "hub": "rollbench.benchmarks.hub:HubConfig",
+    "hub": "rollbench.benchmarks.envhub:HubConfig",
     "aloha": "rollbench.benchmarks.aloha:AlohaConfig",
     "libero": "rollbench.benchmarks.libero:LiberoConfig",
     "lerobot": "rollbench.benchmarks.lerobot_env:LerobotEnvConfig",

@@ -39,7 +39,7 @@ from rollbench.config.policy import PolicyConfig
 from rollbench.errors import ConfigError, PolicyError, did_you_mean, error_line
 from rollbench.lerobot_line import before_0_5
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext
-from rollbench.policies.hub import REQUIRED_FILES, checkpoint_dir
+from rollbench.policies.checkpoint import REQUIRED_FILES, checkpoint_dir
 from rollbench.policies.lerobot_check import declared, preflight, summary
 from rollbench.policies.lerobot_xvla import env_pipelines, model_action_dim, policy_view, require_libero
 

@@ -7,8 +7,8 @@ the command bodies (`(positional, flags) -> exit code`), with `REPORT_HELP`/`COM
 from rollbench.report.compare import Comparison, compare_runs
 from rollbench.report.compare_cmd import COMPARE_HELP, compare_main
 from rollbench.report.report import REPORT_HELP, report_main, write_report
-from rollbench.report.runs import Run, load_run
+from rollbench.report.runs import LoadedRun, load_run
 
 __all__ = [
-    "COMPARE_HELP", "REPORT_HELP", "Comparison", "Run", "compare_main", "compare_runs", "load_run", "report_main", "write_report",
+    "COMPARE_HELP", "REPORT_HELP", "Comparison", "LoadedRun", "compare_main", "compare_runs", "load_run", "report_main", "write_report",
 ]

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rollbench.report import stats
-from rollbench.report.runs import Episode, Run, TaskKey
+from rollbench.report.runs import Episode, LoadedRun, TaskKey
 from rollbench.results.summary import Z95, wilson
 
 POWER = 0.8
@@ -81,8 +81,8 @@ class Row:
 
 @dataclass
 class Comparison:
-    a: Run
-    b: Run
+    a: LoadedRun
+    b: LoadedRun
     tasks: list[Row]
     overall: Row
     alpha: float
@@ -130,7 +130,7 @@ def _needed(a: Rate, b: Rate, paired: stats.Paired | None, alpha: float, tasks: 
     return None if total is None else -(-total // tasks)
 
 
-def compare_runs(a: Run, b: Run, alpha: float = 0.05) -> Comparison:
+def compare_runs(a: LoadedRun, b: LoadedRun, alpha: float = 0.05) -> Comparison:
     """Compare every task both runs evaluated, and all of them pooled."""
     keys: list[TaskKey] = [k for k in a.tasks if k in b.tasks and a.tasks[k].n and b.tasks[k].n]
     if not keys:

@@ -10,7 +10,7 @@ from rollbench.errors import ConfigError, did_you_mean
 from rollbench.report import plots, stats
 from rollbench.report.compare import Comparison, Rate, Row, compare_runs
 from rollbench.report.html import esc, output_file, page, table, write_atomic
-from rollbench.report.runs import Run, command_line, load_run
+from rollbench.report.runs import LoadedRun, command_line, load_run
 
 COMPARE_HELP = """usage: rollbench compare A B [--html=OUT] [--fail-if-worse] [--alpha=0.05] [--seed_a=S] [--seed_b=S]
                          [--sequential [--margin=0.05] [--block=10] [--design=anytime|fixed]]
@@ -80,7 +80,7 @@ def text(cmp: Comparison) -> str:
     return "\n".join(lines)
 
 
-def per_seed_lines(a: Run, b: Run) -> list[str]:
+def per_seed_lines(a: LoadedRun, b: LoadedRun) -> list[str]:
     """Runs with --seeds: each run's overall success per seed and their spread, beside what
     episode noise alone gives (the tests above pool every seed's episodes, paired by seed)."""
     lines = []
@@ -95,7 +95,7 @@ def per_seed_lines(a: Run, b: Run) -> list[str]:
     return ["", *lines] if lines else []
 
 
-def _run_block(side: str, run: Run) -> Iterator[str]:
+def _run_block(side: str, run: LoadedRun) -> Iterator[str]:
     yield f"<h3>{side}: {esc(run.describe())}</h3><p class=\"muted\">{esc(run.path)} · {esc(run.producer)}</p>"
     cmd = command_line(run.info)
     if cmd:

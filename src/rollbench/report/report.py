@@ -20,7 +20,7 @@ from typing import Any
 from rollbench.errors import ConfigError, did_you_mean
 from rollbench.report import plots
 from rollbench.report.html import cards, esc, output_file, page, src, table, write_atomic
-from rollbench.report.runs import Run, command_line, load_run
+from rollbench.report.runs import LoadedRun, command_line, load_run
 from rollbench.results.log import read_records
 from rollbench.results.summary import wilson
 
@@ -55,7 +55,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
-def _summary(run: Run) -> Iterator[str]:
+def _summary(run: LoadedRun) -> Iterator[str]:
     info, tasks = run.info, list(run.tasks.values())
     k, n = sum(t.k for t in tasks), sum(t.n for t in tasks)
     overall = info.get("overall") or {}
@@ -93,7 +93,7 @@ def _summary(run: Run) -> Iterator[str]:
     yield cards(items)
 
 
-def _tasks(run: Run) -> Iterator[str]:
+def _tasks(run: LoadedRun) -> Iterator[str]:
     tasks = list(run.tasks.values())
     yield "<h2>Success per task</h2>"
     if any(t.n for t in tasks):
@@ -107,7 +107,7 @@ def _tasks(run: Run) -> Iterator[str]:
     yield table(("task", "episodes", "success", "95% CI", "mean length", "failed"), rows)
 
 
-def _seeds(run: Run) -> Iterator[str]:
+def _seeds(run: LoadedRun) -> Iterator[str]:
     """--seeds: the run's success per seed, and across seeds."""
     per_seed, across = run.info.get("per_seed"), run.info.get("across_seeds")
     if not isinstance(per_seed, list) or not isinstance(across, dict):
@@ -132,7 +132,7 @@ def _seeds(run: Run) -> Iterator[str]:
                "success rate: the pooled interval above is.</p>")
 
 
-def _adaptive(run: Run) -> Iterator[str]:
+def _adaptive(run: LoadedRun) -> Iterator[str]:
     """An adaptive run (--eval.ci_width): how each task's interval narrowed, where it stopped."""
     a = run.info.get("adaptive")
     if not isinstance(a, dict):
@@ -159,7 +159,7 @@ def _adaptive(run: Run) -> Iterator[str]:
         yield plots.narrowing(tasks, rule.ci_width, rule.max_episodes)
 
 
-def _versus(run: Run, a: dict[str, Any]) -> Iterator[str]:
+def _versus(run: LoadedRun, a: dict[str, Any]) -> Iterator[str]:
     """--eval.versus: each task's sequential comparison against the other run, where it stopped."""
     fixed = a.get("design") == "fixed"
     test = (f"an exact group-sequential test with a budget of {a['max_episodes']} episodes" if fixed
@@ -180,7 +180,7 @@ def _versus(run: Run, a: dict[str, Any]) -> Iterator[str]:
     yield table(("task", "decision", "episodes", "wins here / discordant", "e-value", interval), rows)
 
 
-def _lengths(run: Run) -> Iterator[str]:
+def _lengths(run: LoadedRun) -> Iterator[str]:
     yield "<h2>Episode lengths</h2>"
     finished = [e for t in run.tasks.values() for e in t.episodes]
     eps = [e for e in finished if e.n_steps is not None]
@@ -191,7 +191,7 @@ def _lengths(run: Run) -> Iterator[str]:
     yield plots.length_histogram([e.n_steps or 0 for e in eps if e.success], [e.n_steps or 0 for e in eps if not e.success])
 
 
-def _throughput(run: Run) -> Iterator[str]:
+def _throughput(run: LoadedRun) -> Iterator[str]:
     yield "<h2>Throughput over time</h2>"
     spans = [
         plots.Span(r.finished_at - r.wall_s, r.finished_at, f"{r.writer}/{r.worker}")
@@ -207,7 +207,7 @@ def _throughput(run: Run) -> Iterator[str]:
            "a worker counts as busy while any of its slots runs an episode; gaps are pauses between resumed runs.</p>")
 
 
-def _videos(run: Run, out_dir: Path, per_task: int) -> Iterator[str]:
+def _videos(run: LoadedRun, out_dir: Path, per_task: int) -> Iterator[str]:
     yield "<h2>Videos</h2>"
     figures = []
     # the worst tasks first, and failures first within a task: what went wrong is what one looks for
@@ -227,7 +227,7 @@ def _videos(run: Run, out_dir: Path, per_task: int) -> Iterator[str]:
         yield f'<p class="muted">No videos: {why}.</p>'
 
 
-def _failed(run: Run) -> Iterator[str]:
+def _failed(run: LoadedRun) -> Iterator[str]:
     rows = []
     for t in run.info.get("per_task", []):
         for f in t.get("failed") or []:
@@ -239,7 +239,7 @@ def _failed(run: Run) -> Iterator[str]:
         yield table(("task", "episode", "seed", "error (last line)"), rows)
 
 
-def _reproduce(run: Run) -> Iterator[str]:
+def _reproduce(run: LoadedRun) -> Iterator[str]:
     yield "<h2>Reproduce</h2>"
     cmd = command_line(run.info)
     if cmd is None:
@@ -264,7 +264,7 @@ def _videos_flag(value: str) -> int:
     return n
 
 
-def render(run: Run, out: Path, videos_per_task: int = VIDEOS_PER_TASK) -> str:
+def render(run: LoadedRun, out: Path, videos_per_task: int = VIDEOS_PER_TASK) -> str:
     """The page's HTML for `run`, with video paths relative to `out`'s directory."""
     body = [
         *_summary(run), *_tasks(run), *_seeds(run), *_adaptive(run), *_lengths(run), *_throughput(run),

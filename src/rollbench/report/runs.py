@@ -57,7 +57,10 @@ class TaskResult:
 
 
 @dataclass(frozen=True)
-class Run:
+class LoadedRun:
+    """A run as `report` and `compare` read it back from its directory (eval_info.json and
+    the episode logs beside it); the run being executed is `executors.base.Run`."""
+
     path: Path  # the eval_info.json
     info: dict[str, Any]
     tasks: dict[TaskKey, TaskResult]
@@ -147,7 +150,7 @@ def _rule_aware_ci(task: dict[str, Any]) -> tuple[float, float] | None:
     return float(ci[0]) / 100, float(ci[1]) / 100
 
 
-def load_run(arg: str, what: str, seed_start: int | None = None) -> Run:
+def load_run(arg: str, what: str, seed_start: int | None = None) -> LoadedRun:
     """Read a run from an output directory or an eval_info.json; `what` names the argument
     in errors. `seed_start` gives seeds to a file that records none (lerobot-eval)."""
     path = Path(arg)
@@ -173,7 +176,7 @@ def load_run(arg: str, what: str, seed_start: int | None = None) -> Run:
             tasks[key] = TaskResult(key, name, _episodes(path.parent, metrics, seed_start), failed, _rule_aware_ci(t))
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"{what}={arg!r}: a per_task entry of {path} lacks task_group, task_id or metrics ({err!r})") from None
-    return Run(path, info, tasks)
+    return LoadedRun(path, info, tasks)
 
 
 def command_line(info: dict[str, Any]) -> tuple[str, bool] | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from rollbench.errors import ConfigError
 from rollbench.report import sequential
-from rollbench.report.runs import Run, TaskKey
+from rollbench.report.runs import LoadedRun, TaskKey
 
 HEADER = ("task", "pairs used", "A", "B", "B wins / discordant", "e-value", "B - A, points [anytime CS]", "decision")
 
@@ -88,7 +88,7 @@ class SequentialComparison:
         return "\n".join(lines)
 
 
-def paired_outcomes(a: Run, b: Run) -> dict[TaskKey, tuple[list[bool], list[bool]]]:
+def paired_outcomes(a: LoadedRun, b: LoadedRun) -> dict[TaskKey, tuple[list[bool], list[bool]]]:
     """Per task both ran: (A's, B's) successes of the episodes of equal seeds, in A's episode
     order, up to the first of A's seeds that B did not run."""
     out = {}
@@ -117,7 +117,7 @@ def _e(value: float) -> str:
 
 
 def sequential_compare(
-    a: Run, b: Run, alpha: float, margin: float, block: int, design: sequential.Design = "anytime"
+    a: LoadedRun, b: LoadedRun, alpha: float, margin: float, block: int, design: sequential.Design = "anytime"
 ) -> SequentialComparison:
     outcomes = paired_outcomes(a, b)
     if not outcomes:

@@ -2,7 +2,7 @@
 of running (this process, local shards, a merge; later a cluster).
 
 The body (`per_task`, `per_group`, `overall`, ...) keeps LeRobot's keys and meaning and is
-recomputed from the merged episode records (`summary.eval_info`); what differs between ways
+recomputed from the merged episode records (`summary.summarize`); what differs between ways
 of running is only `how`: the executor's own facts (its scheduling decision, its shard
 processes, tune's prediction), each under a key of its own.
 """
@@ -22,8 +22,7 @@ from rollbench import __version__
 from rollbench.results import adaptive, stopped
 from rollbench.results.merge import Merged
 from rollbench.results.store import EVAL_INFO, write_json_atomic
-from rollbench.results.summary import busy_seconds, seed_results
-from rollbench.results.summary import eval_info as summarize
+from rollbench.results.summary import busy_seconds, seed_results, summarize
 
 if TYPE_CHECKING:
     from rollbench.config.run import RunConfig

@@ -81,7 +81,7 @@ def busy_seconds(records: Sequence[EpisodeRecord]) -> float:
     return total
 
 
-def eval_info(merged: Merged, descriptions: dict[str, str] | None = None, root: Path | None = None) -> dict[str, Any]:
+def summarize(merged: Merged, descriptions: dict[str, str] | None = None, root: Path | None = None) -> dict[str, Any]:
     """The `eval_info.json` body (without config and versions).
 
     `video_paths` lists the videos (relative to the output dir) of the task's episodes

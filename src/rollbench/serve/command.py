@@ -15,7 +15,7 @@ from rollbench.config.policy import PolicyConfig
 from rollbench.errors import ConfigError
 from rollbench.flags import benchmark_from_flags, group, policy_from_flags
 from rollbench.policies.base import Policy
-from rollbench.policies.hub import resolve_policy
+from rollbench.policies.checkpoint import resolve_policy
 from rollbench.remote.keys import parse_keys
 from rollbench.scheduler.common import StepContext
 from rollbench.serve.server import PolicyServer, ServerOptions
