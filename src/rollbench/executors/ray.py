@@ -338,9 +338,7 @@ class RayExecutor(Executor):
                 except ray.exceptions.RayTaskError as err:
                     raise _fatal(err) from None
                 a.answered, fruitless = True, 0
-                if (calls, rows) > a.policy_calls:  # the calls of its policy so far (calls answer out of order)
-                    self.counts.add(calls - a.policy_calls[0], rows - a.policy_calls[1])
-                    a.policy_calls = (calls, rows)
+                a.policy_calls = self.counts.add_since(a.policy_calls, (calls, rows))  # calls answer out of order
                 for relpath, data in videos:  # from an actor on another host: written here, then counted
                     _write_video(self.cfg.output_dir, relpath, data)
                     p.counts["videos_uploaded"] += 1

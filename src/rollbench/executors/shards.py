@@ -43,7 +43,7 @@ from rollbench.results.log import LogTail
 from rollbench.results.merge import Merged
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.store import write_json_atomic
-from rollbench.scheduler.common import cpu_count
+from rollbench.scheduler.common import PolicyCalls, cpu_count
 
 log = logging.getLogger(__name__)
 
@@ -285,15 +285,14 @@ class LocalShardsExecutor(Executor):
         """The launch, and what each child decided and counted (its `logs/shard-K.json`)."""
         assert self.cfg is not None
         children = [read_shard_facts(self.cfg.output_dir, s.shard_id) for s in self.shards]
-        calls, rows = 0, 0
+        counts = PolicyCalls()
         for child in children:
             counted = (child or {}).get("policy_calls") or {}
-            calls, rows = calls + int(counted.get("calls", 0)), rows + int(counted.get("rows", 0))
-        policy_calls = {"calls": calls, "rows": rows, "rows_per_call": round(rows / calls, 3)} if calls else None
+            counts.add(int(counted.get("calls", 0)), int(counted.get("rows", 0)))
         scheduling = {"executor": "launch-local", "shards": [
             {"shard_id": s.shard_id, **((child or {}).get("scheduling") or {})} for s, child in zip(self.shards, children, strict=True)
         ]} if self.shards else None
-        return ExecutionFacts("launch-local", scheduling=scheduling, policy_calls=policy_calls, launch={
+        return ExecutionFacts("launch-local", scheduling=scheduling, policy_calls=counts.to_json(), launch={
             "num_shards": self.cfg.eval.num_shards,
             "mujoco_gl": self.gl,
             "shards": [

@@ -24,10 +24,19 @@ log = logging.getLogger(__name__)
 EPISODES_DIR = "episodes"
 
 
+def _host() -> str:
+    return socket.gethostname().split(".")[0] or "host"
+
+
 def writer_name(shard_id: int, num_shards: int) -> str:
     """Unique per process: a rerun of a shard never appends to a live writer's file."""
-    host = socket.gethostname().split(".")[0] or "host"
-    return f"shard{shard_id}of{num_shards}-{host}-{os.getpid()}"
+    return f"shard{shard_id}of{num_shards}-{_host()}-{os.getpid()}"
+
+
+def writer_process(log_path: Path) -> tuple[bool, int | None]:
+    """Of an episode log `<writer_name>.jsonl`: whether its writer ran on this machine, and its pid."""
+    where, _, pid = log_path.stem.partition("-")[2].rpartition("-")
+    return where == _host(), int(pid) if pid.isdigit() else None
 
 
 #: errno values that mean "the disk (or the user's quota on it) is full"

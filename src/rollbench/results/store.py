@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rollbench.errors import ConfigError
-from rollbench.results.log import EPISODES_DIR, log_files
+from rollbench.results.log import EPISODES_DIR, log_files, writer_process
 
 MANIFEST = "run.json"
 #: --eval.* fields of an adaptive run's stop rule: no part of its identity, but `merge` reads them
@@ -43,7 +43,6 @@ def is_running(output_dir: Path) -> bool:
     younger than `STARTING_S`. A wrong "yes" costs a wait of at most `QUIET_S`; a wrong "no"
     only lets a comparison's run go ahead of it (`report/versus.py`)."""
     now = time.time()
-    host = socket.gethostname().split(".")[0] or "host"
     files = log_files(output_dir)
     for path in files:
         try:
@@ -51,8 +50,8 @@ def is_running(output_dir: Path) -> bool:
                 continue
         except OSError:
             continue
-        where, _, pid = path.stem.partition("-")[2].rpartition("-")
-        if where != host or not pid.isdigit() or pid_alive(int(pid)):
+        here, pid = writer_process(path)
+        if not here or pid is None or pid_alive(pid):
             return True
     if files:
         return False

@@ -47,6 +47,14 @@ class PolicyCalls:
         self.calls += calls
         self.rows += rows
 
+    def add_since(self, seen: tuple[int, int], now: tuple[int, int]) -> tuple[int, int]:
+        """Another process's running totals (`now`; `seen` counted already): add what is new;
+        the totals counted from then on (a report older than `seen` adds nothing)."""
+        if now <= seen:
+            return seen
+        self.add(now[0] - seen[0], now[1] - seen[1])
+        return now
+
     def to_json(self) -> dict[str, Any] | None:
         """eval_info.json's `policy_calls` (None when no call was counted)."""
         if not self.calls:

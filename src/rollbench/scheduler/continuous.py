@@ -181,9 +181,7 @@ class ContinuousScheduler(WorkerPool):
     def _absorb(self, w: WorkerHandle, report: Report) -> Iterator[EpisodeRecord]:
         w.reported = True
         if report.policy_calls is not None:  # worker placement: its policy's calls, counted in the driver's ctx
-            (calls, rows), (seen_calls, seen_rows) = report.policy_calls, w.policy_calls
-            self.ctx.counts.add(calls - seen_calls, rows - seen_rows)
-            w.policy_calls = report.policy_calls
+            w.policy_calls = self.ctx.counts.add_since(w.policy_calls, report.policy_calls)
         ended = False
         for event in report.events:
             if event[0] == "started":
