@@ -144,19 +144,20 @@ def _rows(rows: list[tuple[str, str, str]]) -> str:
     return "\n".join(out)
 
 
-def policy_type_help() -> list[str]:
-    """The own --policy.* flags of every policy type that declares them (`options_class`)."""
+def _types_help(registry: Any, group: str, fields_of: Any) -> list[str]:
+    """`--group.type=NAME: its first doc line` and the flags of its fields, for every type in
+    `registry` whose `fields_of(type)` is a dataclass (a broken plugin: one line saying so)."""
     parts: list[str] = []
-    for name in POLICIES.names():
+    for name in registry.names():
         try:
-            factory = POLICIES.get(name)
+            factory = registry.get(name)
         except Exception as err:  # a broken third-party plugin must not break --help
-            parts.append(f"\n  --policy.type={name}: cannot load ({err})")
+            parts.append(f"\n  --{group}.type={name}: cannot load ({err})")
             continue
-        options = getattr(factory, "options_class", None)
-        if options is not None:
+        fields = fields_of(factory)
+        if fields is not None:
             doc = (factory.__doc__ or "").strip().splitlines()[0] if factory.__doc__ else ""
-            parts += ["", f"  --policy.type={name}: {doc}", _rows(field_help(options, "policy."))]
+            parts += ["", f"  --{group}.type={name}: {doc}", _rows(field_help(fields, f"{group}."))]
     return parts
 
 
@@ -184,19 +185,13 @@ def eval_help() -> str:
         _rows([r for r in field_help(PolicyConfig, "policy.") if r[0] != "--policy.options"]),
         "  --policy.type  (" + "|".join(POLICIES.names()) + ")",
         "      which policy adapter to use",
-        *policy_type_help(),
+        # a policy type's own flags: those it declares (`options_class`)
+        *_types_help(POLICIES, "policy", lambda factory: getattr(factory, "options_class", None)),
         "",
         "env (--env.type picks the benchmark; each takes its own fields):",
         "  --env.type  (" + "|".join(BENCHMARKS.names()) + ")",
+        *_types_help(BENCHMARKS, "env", lambda cls: cls),
     ]
-    for name in BENCHMARKS.names():
-        try:
-            cls = BENCHMARKS.get(name)
-        except Exception as err:  # a broken third-party plugin must not break --help
-            parts.append(f"\n  {name}: cannot load ({err})")
-            continue
-        doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-        parts += ["", f"  --env.type={name}: {doc}", _rows(field_help(cls, "env."))]
     return "\n".join(parts)
 
 
