@@ -1,5 +1,6 @@
-"""docs/adding_a_policy.md: its example plugin (tests/steer_policy.py) is the page's code and
-runs through the real CLI. (docs/adding_a_benchmark.md's example: tests/test_benchmarks.py.)"""
+"""docs/adding_a_policy.md and docs/adding_an_executor.md: each page's example plugin
+(tests/steer_policy.py, tests/serial_executor.py) is the page's code and runs through the real
+CLI. (docs/adding_a_benchmark.md's example: tests/test_benchmarks.py.)"""
 
 from __future__ import annotations
 
@@ -75,4 +76,57 @@ def test_plugin_policy_unknown_without_the_plugin(tmp_path):
     assert res.rc == 2
     assert res.err.strip().splitlines() == [res.err.strip()]
     assert "no policy type named 'steer'" in res.err and "Known: expert" in res.err
+    assert not (tmp_path / "o").exists()
+
+
+EXECUTOR = {"ROLLBENCH_PLUGINS": "serial_executor"}
+NOISY = ("eval", "--env.type=fake", "--env.task=near,mid,far", "--policy.type=random", "--eval.n_episodes=5",
+         "--env.max_steps=12")
+
+
+def test_adding_an_executor_doc_example_is_the_tested_plugin():
+    doc = (REPO / "docs" / "adding_an_executor.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
+    assert (TESTS / "serial_executor.py").read_text() in blocks, "docs/adding_an_executor.md must show tests/serial_executor.py verbatim"
+
+
+def test_an_executor_plugin_gives_the_episodes_of_the_local_executor(tmp_path):
+    """`--executor=serial` (tests/serial_executor.py): listed, and the same episodes as the
+    local executor's continuous and lockstep runs, with its facts in eval_info.json."""
+    listed = run_subprocess("list", timeout=120, **EXECUTOR)
+    assert listed.rc == 0, listed.err
+    assert listed.out.split("executors (--executor):", 1)[1].split("\n\n")[0].split() == ["local", "ray", "serial"]
+    results = {}
+    for name, flags in {"serial": ("--executor=serial",), "local": ("--workers=2",),
+                        "lockstep": ("--eval.mode=lockstep", "--eval.batch_size=4")}.items():
+        out = tmp_path / name
+        res = run_subprocess(*NOISY, *flags, f"--output_dir={out}", timeout=180, **EXECUTOR)
+        assert res.rc == 0, (name, res.err)
+        results[name] = per_episode(out)
+    assert len(results["serial"]) == 15
+    assert len({r[1] for r in results["serial"].values()}) > 10, "a test that cannot tell episodes apart"
+    assert results["serial"] == results["local"] == results["lockstep"]
+    info = load_info(tmp_path / "serial")
+    assert info["mode"] == "serial" and info["scheduling"] is None
+    assert info["policy_calls"]["rows_per_call"] == 1.0
+    assert info["command"][info["command"].index("--executor=serial")]
+    # what `--executor=serial` wrote resumes: a second run finds every episode done
+    again = run_subprocess(*NOISY, "--executor=serial", f"--output_dir={tmp_path / 'serial'}", timeout=180, **EXECUTOR)
+    assert again.rc == 0, again.err
+    assert "0 episodes run (serial)" in again.out
+
+
+def test_executor_refusals_are_one_line_errors(tmp_path):
+    cases = [
+        ({}, "--executor=serial", "--executor=serial: no executor named 'serial'. Known: local, ray."),
+        (EXECUTOR, "--executor=seriall", "Did you mean 'serial'?"),
+    ]
+    for env, flag, message in cases:
+        res = run_subprocess(*NOISY, flag, f"--output_dir={tmp_path / 'o'}", timeout=60, **env)
+        assert res.rc == 2, (flag, res.err)
+        assert res.err.strip().splitlines() == [res.err.strip()], res.err
+        assert message in res.err and "Traceback" not in res.err
+    res = run_subprocess(*NOISY, "--executor=serial", "--eval.num_shards=2", "--launch=local",
+                         f"--output_dir={tmp_path / 'o'}", timeout=60, **EXECUTOR)
+    assert res.rc == 2 and "--executor=serial with --launch=local is not allowed" in res.err, res.err
     assert not (tmp_path / "o").exists()

@@ -29,7 +29,8 @@ from rollbench.config.policy import PolicyConfig
 from rollbench.config.ray import RayConfig
 from rollbench.config.run import RunConfig
 from rollbench.config.tune import TuneConfig
-from rollbench.errors import ConfigError, RollbenchError, did_you_mean, message_line
+from rollbench.errors import ConfigError, RollbenchError, UnknownNameError, did_you_mean, message_line
+from rollbench.executors import EXECUTORS
 from rollbench.flags import benchmark_from_flags, group, policy_from_flags
 from rollbench.policies.base import POLICIES
 from rollbench.registry import load_plugins
@@ -332,19 +333,13 @@ def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
     from rollbench.lifecycle import run_eval  # lazy: a command's code loads when it runs (--help, list stay fast)
     from rollbench.results.summary import table  # lazy: `rollbench eval` only
 
-    cfg = resolved(config_from_flags(flags))
-    if cfg.executor == "ray":
-        from rollbench.executors.ray import RayExecutor  # lazy: --executor=ray only
-
-        executor: Executor = RayExecutor()
-    elif cfg.launch == "local":
-        from rollbench.executors.shards import LocalShardsExecutor  # lazy: --launch=local only
-
-        executor = LocalShardsExecutor(flags)
-    else:
-        from rollbench.executors.local import LocalExecutor  # lazy: loads the schedulers (--help, list stay fast)
-
-        executor = LocalExecutor()
+    cfg = config_from_flags(flags)
+    try:
+        kind = EXECUTORS.get(cfg.executor)  # an unknown name is refused before a checkpoint downloads
+    except UnknownNameError as err:
+        raise ConfigError(f"--executor={cfg.executor}: {err}") from None
+    cfg = resolved(cfg)
+    executor: Executor = kind.for_run(cfg, flags)
     outcome = run_eval(cfg, executor, command=argv)
     if outcome.info is None:  # a shard child: its launcher closes the run
         print(f"{outcome.ran} episodes run {outcome.how} for shard {cfg.eval.shard_id} of {cfg.eval.num_shards}; "
@@ -498,6 +493,9 @@ def cmd_list(positional: Sequence[str] = ()) -> int:
             print(_group_preview(group, tasks))
     print("\npolicy types (--policy.type):")
     for name in POLICIES.names():
+        print(f"  {name}")
+    print("\nexecutors (--executor):")
+    for name in EXECUTORS.names():
         print(f"  {name}")
     print("\n`rollbench list BENCHMARK` lists every task of one benchmark.")
     return 0

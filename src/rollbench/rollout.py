@@ -1,4 +1,15 @@
-"""Per-slot episode bookkeeping: small, pure, shared by every scheduling mode.
+"""One episode, from its unit to its record: shared by every scheduling mode.
+
+    tracker = EpisodeTracker.of(bench, unit)    # what the episode has done so far
+    obs = tracker.reset(bench, env)             # reset `env` into the unit (index, seed)
+    obs, ended = tracker.step(bench, env, obs, action)   # one env step, accounted
+    record = tracker.record(worker)             # once it ended
+
+An env worker's slots, tune's probe processes and `scheduler.common.play_episode` (one
+episode, policy included: what a simple executor calls) step single envs through these
+methods. Lockstep steps a gymnasium vector env instead, all rows at once, because
+lerobot-eval does (its autoreset and batch are what per-action parity needs), and feeds
+each row's step to the row's tracker through `update`.
 
 An episode ends at termination, truncation or the benchmark's step limit; its success is
 "succeeded at any step" (LeRobot's `any` over the episode, ManiSkill's `success_once`).
@@ -19,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from rollbench.benchmarks.frames import video_frame
+from rollbench.config.env import BenchmarkConfig, set_episode_index
 from rollbench.config.eval import EvalConfig
 from rollbench.config.run import RunConfig
 from rollbench.plan import EpisodeUnit
@@ -72,6 +84,27 @@ class EpisodeTracker:
     def __post_init__(self) -> None:
         if self.record_mode is not None and self.frames is None:
             self.frames = Frames()
+
+    @classmethod
+    def of(cls, bench: BenchmarkConfig, unit: EpisodeUnit, record_mode: str | None = None) -> EpisodeTracker:
+        """The tracker of `unit`'s episode on `bench`: its step limit and success rule."""
+        return cls(unit, bench.effective_max_steps(unit.task), bench.success, record_mode=record_mode)
+
+    def reset(self, bench: BenchmarkConfig, env: Any) -> Any:
+        """Reset one env into this unit (its episode index where the benchmark reads one, its
+        seed); the episode's clock starts. The first observation."""
+        set_episode_index(bench, env, [self.unit.env_index])
+        obs, _ = env.reset(seed=self.unit.seed)
+        self.started = time.monotonic()
+        return obs
+
+    def step(self, bench: BenchmarkConfig, env: Any, obs: Any, action: Any) -> tuple[Any, bool]:
+        """Send `action` (chosen on `obs`) to one env and account the step: (the next
+        observation, whether the episode has ended)."""
+        if self.frames is not None:
+            self.frames.acted(bench.to_features(obs), action)
+        obs, reward, terminated, truncated, info = env.step(action)
+        return obs, self.update(reward, terminated, truncated, info)
 
     def update(self, reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any]) -> bool:
         """Account one step; True when the episode has ended."""

@@ -45,9 +45,10 @@ class RunConfig:
     render_device: Literal["auto", "gpu", "cpu"] = opt(
         "auto", "MuJoCo rendering: gpu=EGL, cpu=OSMesa, auto=EGL when a GPU is visible"
     )
-    executor: Literal["local", "ray"] = opt(
+    executor: str = opt(
         "local", "where units run: local (this machine: this process, or --launch=local shards); "
-        "ray (actors on a Ray cluster, --ray.*; needs `pip install 'rollbench[ray]'`)"
+        "ray (actors on a Ray cluster, --ray.*; needs `pip install 'rollbench[ray]'`); "
+        "or a plugin's executor (`rollbench list`)"
     )
     launch: Literal["none", "local"] = opt(
         "none", "local: start --eval.num_shards shard processes on this machine and merge"
@@ -63,10 +64,11 @@ class RunConfig:
             raise ConfigError(f"--workers={self.workers} is not allowed; it must be >= 1")
         if self.slots_per_worker is not None and self.slots_per_worker < 1:
             raise ConfigError(f"--slots_per_worker={self.slots_per_worker} is not allowed; it must be >= 1")
-        if self.executor == "ray" and self.launch != "none":
+        if self.executor != "local" and self.launch != "none":
             raise ConfigError(
-                f"--executor=ray with --launch={self.launch} is not allowed: Ray spreads the units over its "
-                f"actors itself; drop --launch (shards by hand, --eval.shard_id, still work)"
+                f"--executor={self.executor} with --launch={self.launch} is not allowed: --launch starts local "
+                f"shard processes, and that executor spreads the units itself; drop --launch (shards by hand, "
+                f"--eval.shard_id, still work)"
             )
         if type(self.env).runs_user_code and not self.trust_remote_code:
             raise ConfigError(

@@ -10,7 +10,7 @@ opens or closes a run, never writes `eval_info.json`, and never prints.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -40,10 +40,19 @@ class Run:
 
 
 class Executor(abc.ABC):
+    """Runs a run's units. A subclass registered in `rollbench.executors.EXECUTORS` is what
+    `--executor=NAME` builds (`for_run`); the lifecycle calls the hooks below in order."""
+
     #: False: the lifecycle appends every record `execute` yields to this process's durable
     #: log before it counts. True: the executor's own processes write their logs (local
     #: shards), and the records it yields are only for the progress line.
     logs_itself: ClassVar[bool] = False
+
+    @classmethod
+    def for_run(cls, cfg: RunConfig, flags: Mapping[str, str]) -> Executor:
+        """The executor of a run with config `cfg`, given on the command line as `flags`
+        (default: `cls()`; every hook gets the config later)."""
+        return cls()
 
     def share(self, cfg: RunConfig, plan: list[EpisodeUnit]) -> list[EpisodeUnit]:
         """The units of the plan this run is responsible for (default: its shard)."""

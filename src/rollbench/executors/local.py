@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rollbench import timeline, tune
@@ -31,6 +31,15 @@ from rollbench.tune.probe import rss_now
 
 
 class LocalExecutor(Executor):
+    @classmethod
+    def for_run(cls, cfg: RunConfig, flags: Mapping[str, str]) -> Executor:
+        """This process, or with `--launch=local` the shard launcher (its children are local runs)."""
+        if cfg.launch == "local":
+            from rollbench.executors.shards import LocalShardsExecutor  # lazy: --launch=local only
+
+            return LocalShardsExecutor(dict(flags))
+        return cls()
+
     def __init__(self) -> None:
         self.cfg: RunConfig | None = None
         self.ctx: StepContext | None = None

@@ -16,6 +16,9 @@ from rollbench.config.policy import PolicyConfig
 from rollbench.errors import ConfigError, EpisodesLost, PolicyError
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext, check_actions, make_policy
+from rollbench.results.records import EpisodeRecord
+from rollbench.rollout import EpisodeTracker
+from rollbench.scheduler.shm import stack_any
 
 #: how often a scheduler whose every unit left is held back (`Stops.ready`: pacing) looks again
 HELD_POLL_S = 0.2
@@ -142,6 +145,24 @@ class StepContext:
         self.counts.add(1, len(slots))
         timeline.mark("first_env_step")  # every mode steps its envs with these next
         return actions
+
+
+def play_episode(
+    ctx: StepContext, policy: Policy, env: Any, unit: EpisodeUnit, slot: int = 0, worker: str = "main",
+    record_mode: str | None = None,
+) -> EpisodeRecord:
+    """One whole episode of `unit` in one env, the policy acting on one row: reset into the
+    unit, then act, step and track until it ends. The env's and policy's errors propagate
+    (a policy's as PolicyError); the caller decides whether a unit is tried again."""
+    tracker = EpisodeTracker.of(ctx.benchmark, unit, record_mode)
+    obs = tracker.reset(ctx.benchmark, env)
+    ctx.reset(policy, [slot], [ctx.episode_start(unit)])
+    prompt = [ctx.benchmark.policy_task(unit.task)]
+    ended = False
+    while not ended:
+        action = ctx.act(policy, stack_any([obs]), [slot], prompt)[0]
+        obs, ended = tracker.step(ctx.benchmark, env, obs, action)
+    return tracker.record(worker)
 
 
 def take_rows(batch: Any, rows: Sequence[int]) -> Any:

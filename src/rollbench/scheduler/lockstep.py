@@ -241,9 +241,7 @@ class _Lockstep:
         obs, _ = vec.reset(seed=[u.seed for u in padded])
         ctx.reset(policy, slots, [ctx.episode_start(u) for u in padded])
         prompts = [ctx.benchmark.policy_task(u.task) for u in padded]
-        rule = ctx.benchmark.success
-        trackers = [EpisodeTracker(u, ctx.benchmark.effective_max_steps(u.task), rule, record_mode=self.opts.record_mode)
-                    for u in chunk]
+        trackers = [EpisodeTracker.of(ctx.benchmark, u, self.opts.record_mode) for u in chunk]
         active = np.array([i < len(chunk) for i in range(n_envs)])
         filmed = [i for i, u in enumerate(chunk) if rec is not None and rec.plan.wants(u)]
         grab = rec.grabber(vec, chunk[0].task) if rec is not None and filmed else None

@@ -28,13 +28,12 @@ import os
 import resource
 import signal
 import sys
-import time
 import traceback
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollbench.config.env import BenchmarkConfig, set_episode_index
+from rollbench.config.env import BenchmarkConfig
 from rollbench.config.policy import PolicyConfig
 from rollbench.errors import EpisodesLost, PolicyError, RollbenchError
 from rollbench.plan import EpisodeUnit
@@ -192,21 +191,17 @@ class Worker:
             unit, attempt = slot.queue.popleft()
             if slot.task != unit.task:
                 self._release(slot)
-            slot.tracker = EpisodeTracker(
-                unit, self.bench.effective_max_steps(unit.task), self.bench.success, record_mode=self.spec.record_mode
-            )
+            slot.tracker = EpisodeTracker.of(self.bench, unit, self.spec.record_mode)
             slot.attempt = attempt
             self.buffer.touch(i)
             try:
                 if slot.env is None:
                     slot.env, slot.task = self._env_for(unit.task), unit.task
-                set_episode_index(self.bench, slot.env, [unit.env_index])
-                obs, _ = slot.env.reset(seed=unit.seed)
+                obs = slot.tracker.reset(self.bench, slot.env)
             except Exception:
                 self._fail(i, report)
                 continue
             self.buffer.touch()
-            slot.tracker.started = time.monotonic()
             slot.obs = obs
             self._video_start(slot, unit, attempt)
             report.events.append(("started", i, unit))
@@ -214,17 +209,13 @@ class Worker:
     def _step(self, i: int, action: Any, report: Report) -> None:
         slot = self.slots[i]
         assert slot.tracker is not None
-        if slot.tracker.frames is not None:
-            slot.tracker.frames.acted(self.bench.to_features(slot.obs), action)
         self.buffer.touch(i)
         try:
-            obs, reward, terminated, truncated, info = slot.env.step(action)
+            slot.obs, ended = slot.tracker.step(self.bench, slot.env, slot.obs, action)
         except Exception:
             self._fail(i, report)
             return
         self.buffer.touch()
-        slot.obs = obs
-        ended = slot.tracker.update(reward, terminated, truncated, info)
         plan = self.spec.video
         if slot.video_key is not None and plan is not None and plan.films(slot.tracker.n_steps, ended):
             self._video_frame(slot)

@@ -24,7 +24,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from rollbench.config.env import set_episode_index
 from rollbench.config.run import RunConfig
 from rollbench.errors import RollbenchError
 from rollbench.plan import EpisodeUnit
@@ -96,14 +95,13 @@ class Stepper:
         unit = units[self.next_unit[k] % len(units)]
         self.next_unit[k] += 1
         self.turn, self.env = k, self.envs[unit.task]
+        self.tracker = EpisodeTracker.of(self.bench, unit)
         t0 = time.perf_counter()
-        set_episode_index(self.bench, self.env, [unit.env_index])
-        self.obs, _ = self.env.reset(seed=unit.seed)
+        self.obs = self.tracker.reset(self.bench, self.env)
         self.resets.append(time.perf_counter() - t0)
         self.env.action_space.seed(unit.seed)
         if self.policy is not None:
             self.ctx.reset(self.policy, [0], [self.ctx.episode_start(unit)])
-        self.tracker = EpisodeTracker(unit, self.bench.effective_max_steps(unit.task), self.bench.success)
         self.desc = [self.bench.policy_task(unit.task)]
 
     def step(self, advance: bool = True) -> tuple[float, float, bool]:
@@ -118,9 +116,8 @@ class Stepper:
         else:
             action = self.env.action_space.sample()
         t0 = time.perf_counter()
-        self.obs, reward, terminated, truncated, info = self.env.step(action)
+        self.obs, ended = self.tracker.step(self.bench, self.env, self.obs, action)
         took = time.perf_counter() - t0
-        ended = self.tracker.update(float(reward), terminated, truncated, info)
         if ended:
             self.lengths[self.task].append(self.tracker.n_steps)
             if advance:
