@@ -256,6 +256,7 @@ def cmd_check(flags: dict[str, str]) -> int:
     from rollbench.policies.lerobot import OWNS_ENV_PROCESSORS, check_checkpoint_dir, read_config
     from rollbench.policies.lerobot_check import observed, preflight, table  # lazy: `rollbench check` only
     from rollbench.rendering import apply_backend, check_user_backend, choose_backend  # lazy: `rollbench check` only
+    from rollbench.scheduler.common import StepContext  # lazy: `rollbench check` only
     from rollbench.scheduler.shm import stack_any  # lazy: `rollbench check` only
 
     cfg = config_from_flags(flags)
@@ -283,11 +284,8 @@ def cmd_check(flags: dict[str, str]) -> int:
         action_space = env.action_space
     finally:
         env.close()
-    pre, _ = bench.get_env_processors()
-    batch = pre(bench.to_features(stack_any([obs])))
-    renames = cfg.policy.renames()
-    batch = {renames.get(k, k): v for k, v in batch.items()}
-    gives = observed(batch)
+    ctx = StepContext(bench, cfg.policy, cfg.seed)  # what a run's policy would be given, without the policy
+    gives = observed(ctx.policy_batch(stack_any([obs]), ctx.processors[0]))
     if owns:  # what its own env processors make of the observation
         from rollbench.policies.lerobot_xvla import policy_view  # lazy: X-VLA checkpoints only
 

@@ -127,13 +127,20 @@ class StepContext:
         except Exception as err:  # the policy's own bug: name it, keep the cause for --debug
             raise PolicyError(f"policy {self.policy_name()} raised {type(err).__name__} in reset: {err}") from err
 
-    def act(self, policy: Policy, obs: Any, slots: Sequence[int], prompts: Sequence[str]) -> np.ndarray:
-        """Observations (as the env returned them, batched) -> validated env actions."""
-        pre, post = self.processors_for(policy)  # built once: this runs every step
+    def policy_batch(self, obs: Any, pre: Any) -> dict[str, Any]:
+        """Observations (as the env returned them, batched) as a policy sees them: LeRobot
+        keys, the env pre-processor `pre` applied, `--rename_map`'s keys (`rollbench check`
+        shows a checkpoint this batch)."""
         batch: dict[str, Any] = pre(self.benchmark.to_features(obs))
         renames = self.renames
         if renames:  # --rename_map: the keys the policy was trained on
             batch = {renames.get(k, k): v for k, v in batch.items()}
+        return batch
+
+    def act(self, policy: Policy, obs: Any, slots: Sequence[int], prompts: Sequence[str]) -> np.ndarray:
+        """Observations (as the env returned them, batched) -> validated env actions."""
+        pre, post = self.processors_for(policy)  # built once: this runs every step
+        batch = self.policy_batch(obs, pre)
         batch["task"] = list(prompts)
         try:
             raw = policy.act(batch, slots)
