@@ -130,3 +130,25 @@ def test_executor_refusals_are_one_line_errors(tmp_path):
                          f"--output_dir={tmp_path / 'o'}", timeout=60, **EXECUTOR)
     assert res.rc == 2 and "--executor=serial with --launch=local is not allowed" in res.err, res.err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_policy_plugin_that_breaks_the_protocol_is_refused_in_one_line(tmp_path):
+    plugins = {"ROLLBENCH_PLUGINS": "bad_policy_plugins"}
+    cases = [
+        ("--policy.type=duck", "--policy.type=duck built a bad_policy_plugins.DuckPolicy, which is not a rollbench Policy: "
+                               "subclass rollbench.policies.base.Policy"),
+        ("--policy.type=clash", "--policy.type=clash: its options (ClashOptions) declare device, a flag every policy "
+                                "type takes (--policy.device)"),
+    ]
+    for flag, message in cases:
+        res = run_subprocess("eval", "--env.type=fake", flag, f"--output_dir={tmp_path / 'o'}", timeout=60, **plugins)
+        assert res.rc == 2, (flag, res.err)
+        assert res.err.strip().splitlines() == [res.err.strip()], res.err
+        assert message in res.err and "Traceback" not in res.err
+        assert not (tmp_path / "o").exists()
+
+
+def test_eval_help_says_which_flags_a_lerobot_checkpoint_takes():
+    res = run_subprocess("eval", "--help", timeout=60)
+    section = res.out.split("--policy.type=lerobot:", 1)[1].split("\n\n", 1)[0]
+    assert "--policy.<field>" in section and "any field of the checkpoint's config (config.json)" in section

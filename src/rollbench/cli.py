@@ -156,9 +156,12 @@ def _types_help(registry: Any, group: str, fields_of: Any) -> list[str]:
             parts.append(f"\n  --{group}.type={name}: cannot load ({err})")
             continue
         fields = fields_of(factory)
+        doc = (factory.__doc__ or "").strip().splitlines()[0] if factory.__doc__ else ""
         if fields is not None:
-            doc = (factory.__doc__ or "").strip().splitlines()[0] if factory.__doc__ else ""
             parts += ["", f"  --{group}.type={name}: {doc}", _rows(field_help(fields, f"{group}."))]
+        elif getattr(factory, "accepts_options", False):  # flags it checks itself (LeRobot: its config's fields)
+            parts += ["", f"  --{group}.type={name}: {doc}", _rows([(
+                f"--{group}.<field>", "the field's type", getattr(factory, "options_help", "") or "flags this type reads and checks itself")])]
     return parts
 
 

@@ -49,6 +49,12 @@ def policy_from_flags(policy_flags: dict[str, str]) -> PolicyConfig:
             raise ConfigError(f"--policy.type={ptype!r}: {err}") from None
         own = getattr(factory, "options_class", None)  # a type's own flags, a dataclass
         takes = [f.name for f in dataclasses.fields(own)] if own is not None else []
+        clash = sorted(set(takes) & known)
+        if clash and own is not None:  # `--policy.<name>` would set PolicyConfig's field, never the type's own
+            raise ConfigError(
+                f"--policy.type={ptype}: its options ({own.__name__}) declare {', '.join(clash)}, a flag every "
+                f"policy type takes (--policy.{clash[0]}); the plugin must give its own flag another name"
+            )
         if own is not None or not getattr(factory, "accepts_options", False):
             for key in options:
                 if key not in takes:

@@ -22,7 +22,7 @@ import numpy as np
 
 from rollbench.config.env import BenchmarkConfig
 from rollbench.config.policy import PolicyConfig
-from rollbench.errors import PolicyError
+from rollbench.errors import ConfigError, PolicyError
 from rollbench.registry import Registry
 
 
@@ -48,7 +48,8 @@ class PolicyContext:
 
 
 class Policy(abc.ABC):
-    """Base class of the adapters; third-party policies may simply duck-type it."""
+    """Base class of the adapters: every policy type builds a subclass (`make_policy` refuses
+    anything else in one line), so the schedulers may call each hook below."""
 
     #: the adapter keeps all episode state per slot, so slots may restart independently
     per_slot_state: ClassVar[bool] = True
@@ -62,6 +63,8 @@ class Policy(abc.ABC):
     #: takes `--policy.<field>` flags that no dataclass lists and checks them itself (LeRobot:
     #: any field of the checkpoint's config); neither this nor `options_class`: none are taken
     accepts_options: ClassVar[bool] = False
+    #: with `accepts_options`: what `rollbench eval --help` says those flags are
+    options_help: ClassVar[str] = ""
     #: env steps served per network call (a chunking policy's n_action_steps); `rollbench
     #: tune` amortises the cost of a call over them
     steps_per_inference: int = 1
@@ -102,7 +105,13 @@ for _name, _target in {
 def make_policy(ctx: PolicyContext) -> Policy:
     """Build the policy named by `ctx.config.type` (a class or factory taking the context)."""
     factory = POLICIES.get(ctx.config.type)
-    return factory(ctx)  # type: ignore[no-any-return]
+    policy = factory(ctx)
+    if not isinstance(policy, Policy):
+        raise ConfigError(
+            f"--policy.type={ctx.config.type} built a {type(policy).__module__}.{type(policy).__qualname__}, which is "
+            f"not a rollbench Policy: subclass rollbench.policies.base.Policy (docs/adding_a_policy.md)"
+        )
+    return policy
 
 
 def check_actions(actions: Any, n: int, action_space: Any, who: str) -> np.ndarray:

@@ -337,6 +337,9 @@ class LeRobotPolicy(Policy):
     """One LeRobot checkpoint, batched over slots; episode state per slot where exact."""
 
     accepts_options = True
+    options_help = ("any field of the checkpoint's config (config.json), as lerobot-eval takes it: "
+                    "--policy.n_action_steps=8, --policy.num_inference_steps=10; an unknown one is refused with "
+                    "the checkpoint's fields (`rollbench check` shows the config)")
 
     def __init__(self, ctx: PolicyContext) -> None:
         """Checks the checkpoint against the flags and the benchmark now; loads its weights and

@@ -114,8 +114,7 @@ class StepContext:
 
     def processors_for(self, policy: Policy) -> tuple[Any, Any]:
         """The benchmark's env processors, or the policy's own where it brings them (X-VLA)."""
-        own = getattr(policy, "env_processors", None)  # duck-typed policies may lack it
-        found = own(self.benchmark) if own is not None else None
+        found = policy.env_processors(self.benchmark)
         return found if found is not None else self.processors
 
     def reset(self, policy: Policy, slots: Sequence[int], starts: Sequence[EpisodeStart]) -> None:

@@ -101,7 +101,7 @@ def default_slots(step_cost_ms: float, placement: str, workers: int) -> int:
 
 
 def decide_mode(cfg: RunConfig, policy: Any) -> str:
-    per_slot = getattr(policy, "per_slot_state", True)  # third-party policies may duck-type Policy
+    per_slot = policy.per_slot_state
     same_process = cfg.eval.isolation == "none"
     if same_process and cfg.eval.mode == "continuous":
         raise ConfigError(
