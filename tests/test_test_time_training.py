@@ -13,10 +13,16 @@ import copy
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import load_info, per_episode
+from rollbench.benchmarks.fake import FakeConfig
 from rollbench.config.policy import PolicyConfig
-from rollbench.errors import ConfigError
+from rollbench.errors import ConfigError, PolicyError
+from rollbench.policies.base import EpisodeStart
+from rollbench.policies.module import ModulePolicy
+from rollbench.policies.weights import FreshWeights, WeightWatch
+from rollbench.scheduler.common import StepContext
 from ttt_policy import SelfTrainingPolicy
 
 TTT = ("eval", "--env.type=fake", "--policy.type=module", "--policy.path=ttt_policy:make", "--eval.n_episodes=4")
@@ -74,6 +80,35 @@ def test_fresh_weights_results_do_not_depend_on_workers_mode_or_batch(cli, tmp_p
     assert load_info(tmp_path / "w1")["config"]["policy"]["fresh_weights"] is True
 
 
+def test_the_watch_sees_in_place_writes_and_replaced_parameters():
+    net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    watch = WeightWatch([net])
+    assert len(watch) == 4 and watch.changed() == 0
+    with torch.no_grad():
+        net(torch.ones(1, 2))  # reading is not writing
+    assert watch.changed() == 0
+    net[1].bias = torch.nn.Parameter(torch.zeros(1))  # a new object, no in-place write
+    assert watch.changed() == 1
+    with torch.no_grad():
+        net[0].weight.mul_(2.0)
+    assert watch.changed() == 2
+
+
+class _SharesOnCopy(SelfTrainingPolicy):
+    def __deepcopy__(self, memo: dict) -> _SharesOnCopy:
+        return self  # its "copies" are the policy itself
+
+
+def test_fresh_weights_names_copies_that_share_the_weights():
+    bench = FakeConfig(task="near")
+    ctx = StepContext(bench, PolicyConfig(type="module", path="ttt_policy:make", fresh_weights=True))
+    policy = FreshWeights(ModulePolicy(_SharesOnCopy(), "shares"))
+    policy.reset([0], [EpisodeStart("all", "near", "", 0, 1)])
+    obs = {"agent_pos": np.zeros((1, 2)), "environment_state": np.array([[0.0, 0.0, 0.2, 0.1]])}
+    with pytest.raises(PolicyError, match="its deepcopy shares its weights"):
+        ctx.act(policy, obs, [0], [""])
+
+
 @pytest.mark.parametrize("flags, expected", [
     ({"type": "lerobot", "seeding": "lerobot-eval"}, "--policy.seeding=episode with it"),
     ({"type": "remote"}, "--policy.type=remote policy keeps in its server"),
@@ -92,8 +127,6 @@ def test_fresh_weights_is_listed_in_help(cli):
 @pytest.mark.parametrize("policy_type", ["act", "diffusion"])
 def test_a_lerobot_checkpoint_is_not_flagged(cli, tmp_path, policy_type):
     from lerobot_helpers import make_checkpoint
-    from rollbench.benchmarks.fake import FakeConfig
-    from rollbench.scheduler.common import StepContext
 
     bench = FakeConfig(task="near")
     ckpt = make_checkpoint(tmp_path / "ckpt", bench, policy_type=policy_type, action_mean=0.0, action_std=1.0)
@@ -101,8 +134,6 @@ def test_a_lerobot_checkpoint_is_not_flagged(cli, tmp_path, policy_type):
     ctx = StepContext(bench, PolicyConfig(type="lerobot", path=str(ckpt), use_amp=True))
     policy = ctx.make_policy()
     try:
-        from rollbench.policies.base import EpisodeStart
-
         policy.reset([0], [EpisodeStart("all", "near", "", 0, 1)])
         obs = {"agent_pos": np.zeros((1, 2)), "environment_state": np.array([[0.0, 0.0, 0.2, 0.1]])}
         for _ in range(3):

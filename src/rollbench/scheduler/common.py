@@ -166,6 +166,11 @@ class StepContext:
         except Exception as err:  # the policy's own bug: name it, keep the cause for --debug
             raise PolicyError(f"policy {self.policy_name()} raised {type(err).__name__}: {err}") from err
         changed = watch.changed() if watch is not None else 0
+        if changed and isinstance(policy, FreshWeights):  # its copies share the weights: deepcopy did not copy them
+            raise PolicyError(
+                f"policy {self.policy_name()} changed {changed} of its {len(watch or ())} parameter tensors of the policy "
+                f"as built, although --policy.fresh_weights=true acts with copies: its deepcopy shares its weights"
+            )
         if changed:
             raise PolicyError(
                 f"policy {self.policy_name()} changed {changed} of its {len(watch or ())} parameter tensors while it "
