@@ -7,9 +7,11 @@ on the worker count and the order: the numbers no longer describe the checkpoint
 `WeightWatch` notices such a policy at the cost of a sum per call: torch bumps a tensor's
 in-place version counter (`tensor._version`) on every in-place write, an optimizer step
 included, so a changed sum over the parameters means a call wrote into them, without
-reading a single weight. `StepContext.act` raises on the first such call unless
-`--policy.fresh_weights=true`, which wraps the policy in `FreshWeights`: every episode acts
-with its own copy of the policy as it was built, one row per call.
+reading a single weight; and torch calls a global hook whenever a module is given a new
+parameter object (`module.weight = nn.Parameter(...)`). `StepContext.act` raises on the
+first such call unless `--policy.fresh_weights=true`, which wraps the policy in
+`FreshWeights`: every episode acts with its own copy of the policy as it was built, one row
+per call.
 """
 
 from __future__ import annotations
@@ -30,6 +32,23 @@ def torch_modules(policy: Any) -> Sequence[Any]:
     return list(hook()) if hook is not None else []
 
 
+#: parameters registered on any torch module of this process since the first watch began (torch
+#: calls a global hook for each): a watch reads the identities of its parameters only when this moved
+_registrations = [0]
+_hook: Any = None
+
+
+def _count_registrations() -> None:
+    global _hook
+    if _hook is None:
+        from torch.nn.modules.module import register_module_parameter_registration_hook  # optional: torch
+
+        def count(module: Any, name: str, param: Any) -> None:
+            _registrations[0] += 1
+
+        _hook = register_module_parameter_registration_hook(count)
+
+
 class WeightWatch:
     """The parameters of a policy's torch modules, as they were when it was first watched."""
 
@@ -43,14 +62,21 @@ class WeightWatch:
         self._params = [p for _, _, p in self._entries]
         self._seen = [p._version for p in self._params]
         self._total = sum(self._seen)
+        if self._params:
+            _count_registrations()
+        self._registered = _registrations[0]
 
     def __len__(self) -> int:
         return len(self._params)
 
     def changed(self) -> int:
         """How many parameter tensors were written or replaced since the watch began (0: none)."""
-        if sum(p._version for p in self._params) == self._total and all(d.get(n) is p for d, n, p in self._entries):
-            return 0
+        if sum(p._version for p in self._params) == self._total:
+            if _registrations[0] == self._registered:
+                return 0  # the common case, at ~0.1 us per tensor: no write, no parameter assigned anywhere
+            if all(d.get(n) is p for d, n, p in self._entries):
+                self._registered = _registrations[0]  # another module's parameter
+                return 0
         return sum(1 for (d, n, p), v in zip(self._entries, self._seen, strict=True) if p._version != v or d.get(n) is not p)
 
 
