@@ -2,7 +2,8 @@
 
 A linear layer maps the fake benchmark's state (position, target) to an action and takes one
 SGD step on its own weights in every call, toward the step that points at the target: its
-actions drift with every row it has seen, in whatever order, batch and process it saw them.
+actions drift with every row it has seen, in whatever order, batch and process it saw them. It
+explores with noise from torch's global random stream, which its other episodes share.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class SelfTrainingPolicy:
 
     def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
         state = torch.as_tensor(np.asarray(batch["observation.environment_state"]), dtype=torch.float32)
-        action = torch.tanh(self.net(state))
+        action = torch.tanh(self.net(state) + 0.05 * torch.randn(len(slots), 2))  # exploration noise: torch's global stream
         goal = torch.clamp((state[:, 2:] - state[:, :2]) / 0.1, -1.0, 1.0)  # what the fake expert does
         loss = ((action - goal) ** 2).mean()
         self.opt.zero_grad()

@@ -16,8 +16,11 @@ per call.
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Mapping, Sequence
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -87,6 +90,43 @@ def _row(batch: Any, row: int) -> Any:
     return batch[row : row + 1]
 
 
+class _Streams:
+    """torch's global random stream, one per slot: a copy that draws from it (dropout, noise)
+    draws its own episode's numbers, seeded from the episode's seed, whatever the other
+    episodes drew in between (the rows of one call run one after another)."""
+
+    #: the stream is one per process: lockstep's parallel tasks (threads) take turns with it
+    lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self._states: dict[int, tuple[Any, Any]] = {}
+
+    @contextlib.contextmanager
+    def of(self, slot: int, seed: int | None = None) -> Iterator[None]:
+        """Inside: `slot`'s stream (a new one from `seed` when given); outside: the caller's."""
+        torch = sys.modules.get("torch")  # a policy without torch draws nothing from it
+        if torch is None:
+            yield
+            return
+        with self.lock:
+            cuda = torch.cuda.is_initialized()
+            outside = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None)
+            if seed is not None:
+                torch.manual_seed(seed)
+            else:
+                cpu, gpu = self._states[slot]
+                torch.set_rng_state(cpu)
+                if cuda and gpu is not None:
+                    torch.cuda.set_rng_state_all(gpu)
+            try:
+                yield
+            finally:
+                self._states[slot] = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None)
+                torch.set_rng_state(outside[0])
+                if outside[1] is not None:
+                    torch.cuda.set_rng_state_all(outside[1])
+
+
 class FreshWeights(Policy):
     """`--policy.fresh_weights=true`: each episode acts with its own deep copy of the policy as
     it was built, made at its slot's reset and called with that slot's row alone, so what one
@@ -97,6 +137,7 @@ class FreshWeights(Policy):
         self.cheap = bool(getattr(pristine, "cheap", False))  # type: ignore[misc]
         self.steps_per_inference = max(1, int(getattr(pristine, "steps_per_inference", 1) or 1))
         self._copies: dict[int, Any] = {}  # per_slot_state stays True: each slot has its own copy
+        self._streams = _Streams()
 
     def __copy__(self) -> FreshWeights:
         """The same pristine policy (only read), no episode's copy (lockstep runs one per task)."""
@@ -119,12 +160,17 @@ class FreshWeights(Policy):
         for slot, episode in zip(slots, episodes, strict=True):
             mine = copy.deepcopy(self.pristine)  # the last episode's copy is dropped, not closed: close is the pristine's
             reset = getattr(mine, "reset", None)
-            if reset is not None:
-                reset([slot], [episode])
+            with self._streams.of(slot, seed=episode.seed):
+                if reset is not None:
+                    reset([slot], [episode])
             self._copies[slot] = mine
 
     def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
-        return np.concatenate([np.asarray(self._copies[s].act(_row(batch, row), [s])) for row, s in enumerate(slots)])
+        out = []
+        for row, slot in enumerate(slots):
+            with self._streams.of(slot):
+                out.append(np.asarray(self._copies[slot].act(_row(batch, row), [slot])))
+        return np.concatenate(out)
 
     def close(self) -> None:
         self._copies = {}
