@@ -173,10 +173,10 @@ class StepContext:
             )
         if changed:
             raise PolicyError(
-                f"policy {self.policy_name()} changed {changed} of its {len(watch or ())} parameter tensors while it "
-                f"acted (it trains at test time): each episode's result would depend on the episodes before it, on its "
-                f"batch-mates and on the worker count; pass --policy.fresh_weights=true to give every episode its own "
-                f"copy of the weights"
+                f"policy {self.policy_name()} changed {changed} of its {len(watch or ())} parameter tensors since its "
+                f"first call (it trains at test time): each episode's result would depend on the episodes before it, on "
+                f"its batch-mates and on the worker count; pass --policy.fresh_weights=true to give every episode its "
+                f"own copy of the weights"
             )
         actions = check_actions(post(np.asarray(raw)), len(slots), self.action_space, self.policy_name())
         self.counts.add(1, len(slots))
