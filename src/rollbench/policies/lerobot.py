@@ -431,6 +431,10 @@ class LeRobotPolicy(Policy):
         new._queues, new._ensemblers, new._history, new._noise = {}, {}, {}, {}
         return new
 
+    def torch_modules(self) -> Sequence[Any]:
+        self.ready()
+        return [self.policy]
+
     def reset(self, slots: Sequence[int], episodes: Sequence[EpisodeStart]) -> None:
         self.ready()
         if self.path == "lockstep":
