@@ -80,10 +80,10 @@ def _select_action(policy, seed: int, batches: list[dict]) -> np.ndarray:
 
 
 #: each type's case fixture gives (adapter, batch maker, adapter path): Diffusion's history of
-#: observations; SmolVLA's chunk queue with each chunk's flow-matching noise passed as
+#: observations (Multi-Task DiT's too, with its noise drawn per row around the call); SmolVLA's chunk queue with each chunk's flow-matching noise passed as
 #: `noise=`; GR00T's and X-VLA's chunk queues with their noise drawn per row around the call
 #: (GR00T's queue the tail of its chunk, X-VLA's through its own LIBERO env processors)
-CASES = pytest.mark.parametrize("case", ["diffusion", "smolvla", "groot", "xvla"])
+CASES = pytest.mark.parametrize("case", ["diffusion", "smolvla", "groot", "xvla", "multi_task_dit"])
 #: the types with whole runs below (GR00T's: tests/test_lerobot_vla.py; X-VLA's: LIBERO,
 #: tests/test_lerobot_env_parity.py)
 TYPES = pytest.mark.parametrize(("ckpt_fixture", "path"), [("diffusion_ckpt", "history"), ("smolvla_ckpt", "chunk")])
@@ -99,6 +99,18 @@ def diffusion_case(diffusion_ckpt: Path) -> Case:
 @pytest.fixture(scope="module")
 def smolvla_case(smolvla_ckpt: Path) -> Case:
     return _adapter(smolvla_ckpt), _batch, "chunk"
+
+
+@pytest.fixture(scope="module")
+def multi_task_dit_case(tmp_path_factory: pytest.TempPathFactory) -> Case:
+    """A tiny Multi-Task DiT (LeRobot 0.5+): 2 observations of history, chunks of 4, DDPM."""
+    from rollbench.lerobot_line import before_0_5
+
+    if before_0_5():
+        pytest.skip("LeRobot 0.4.4 has no multi_task_dit (0.5 added it)")
+    from vla_dit import make_multi_task_dit_checkpoint
+
+    return _adapter(make_multi_task_dit_checkpoint(tmp_path_factory.mktemp("vla") / "dit", PushTConfig())), _batch, "history"
 
 
 @pytest.fixture(scope="module")

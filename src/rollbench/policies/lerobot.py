@@ -51,9 +51,9 @@ INSTALL_HINT = "see docs/lerobot.md (pip install --no-deps lerobot==0.4.4 -r con
 #: type's own `select_action` at one row per call (tests/test_lerobot.py, tests/test_lerobot_chunking.py):
 #: - "chunk" (ACT): `select_action` is `predict_action_chunk(obs)[:, :n_action_steps]` into a
 #:   queue, so one queue per slot is exact;
-#: - "history" (Diffusion): one history of the last `n_obs_steps` observations and one action
-#:   queue per slot, and one torch generator per episode for the sampler's noise, so a row's
-#:   draws do not depend on which rows share its call.
+#: - "history" (Diffusion, Multi-Task DiT): one history of the last `n_obs_steps` observations
+#:   and one action queue per slot, and one torch generator per episode for the sampler's noise,
+#:   so a row's draws do not depend on which rows share its call.
 #: - "chunk" with per-row noise (SmolVLA, pi0, pi05 through `noise=`: `FLOW`; GR00T and X-VLA
 #:   drawn per row around the call: `ROW_NOISE`): the same queues. GR00T N1.5's queue holds the
 #:   tail of its chunk (`TAIL`), and an N1.5 call holds one task's rows (`ONE_TASK_PER_CALL`).
@@ -61,7 +61,7 @@ INSTALL_HINT = "see docs/lerobot.md (pip install --no-deps lerobot==0.4.4 -r con
 #: lerobot-eval runs it.
 PATHS = {
     "act": "chunk", "diffusion": "history", "smolvla": "chunk", "pi0": "chunk", "pi05": "chunk",
-    "groot": "chunk", "xvla": "chunk",
+    "groot": "chunk", "xvla": "chunk", "multi_task_dit": "history",
 }
 
 #: flow-matching types: `predict_action_chunk(obs, noise=...)` takes the noise its sampler
@@ -538,15 +538,17 @@ class LeRobotPolicy(Policy):
         return chunk[:, -n:] if ptype in TAIL else chunk[:, :n]
 
     def _act_history(self, batch: Mapping[str, Any], slots: Sequence[int]) -> Any:
-        """Diffusion's `select_action`, one history and one queue per slot.
+        """Diffusion's or Multi-Task DiT's `select_action`, one history and one queue per slot.
 
         Every row's observation enters its slot's history (the first one fills it, as LeRobot's
         `populate_queues` does); the rows whose queue ran dry get one batched sample, each
-        row's noise (the prior and every sampler step's) from its own episode's generator.
+        row's noise (the prior and every sampler step's) from its own episode's generator:
+        passed to Diffusion's sampler, drawn per row around Multi-Task DiT's (`RowNoise`), whose
+        prompt tokens are the current row's, as its `select_action` reads them.
         """
         import torch  # heavy, optional: torch (comes with lerobot)
 
-        cfg, model = self.cfg, self.policy.diffusion
+        cfg = self.cfg
         obs = self._inputs(batch, None)
         if cfg.image_features:
             obs[OBS_IMAGES] = torch.stack([obs[k] for k in cfg.image_features], dim=-4)
@@ -562,13 +564,21 @@ class LeRobotPolicy(Policy):
         if dry:
             stacked = {k: torch.stack([torch.stack(list(self._history[slots[i]][k])) for i in dry]) for k in keys}
             gens = [self._noise[slots[i]] for i in dry]
-            dtype = next(model.parameters()).dtype
-            shape = (1, cfg.horizon, cfg.action_feature.shape[0])
-            noise = torch.cat([torch.randn(shape, generator=g, dtype=dtype) for g in gens]).to(self.device)
-            cond = model._prepare_global_conditioning(stacked)
-            sample = model.conditional_sample(len(dry), global_cond=cond, generator=gens, noise=noise)
-            start = cfg.n_obs_steps - 1  # the chunk starts at the current observation (generate_actions)
-            chunk = sample[:, start : start + cfg.n_action_steps]
+            if cfg.type == "multi_task_dit":
+                from rollbench.policies.lerobot_noise import RowNoise  # heavy: lerobot_noise imports torch at its top
+
+                rest = {k: v[dry] for k, v in obs.items() if k not in keys and isinstance(v, torch.Tensor)}
+                with RowNoise(gens, cfg.type):
+                    chunk = self.policy._generate_actions({**rest, **stacked})
+            else:
+                model = self.policy.diffusion
+                dtype = next(model.parameters()).dtype
+                shape = (1, cfg.horizon, cfg.action_feature.shape[0])
+                noise = torch.cat([torch.randn(shape, generator=g, dtype=dtype) for g in gens]).to(self.device)
+                cond = model._prepare_global_conditioning(stacked)
+                sample = model.conditional_sample(len(dry), global_cond=cond, generator=gens, noise=noise)
+                start = cfg.n_obs_steps - 1  # the chunk starts at the current observation (generate_actions)
+                chunk = sample[:, start : start + cfg.n_action_steps]
             for row, i in enumerate(dry):
                 self._queues[slots[i]] = deque(chunk[row])
         return torch.stack([self._queues[s].popleft() for s in slots])
