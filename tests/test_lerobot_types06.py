@@ -28,11 +28,15 @@ pytestmark = [
     pytest.mark.skipif(before_0_5(), reason="LeRobot 0.4.4 has none of these policy types (0.5 added them)"),
 ]
 
-TYPES = ["multi_task_dit", "gaussian_actor"]
+TYPES = ["pi0_fast", "multi_task_dit", "gaussian_actor"]
 
 
 def build(ptype: str, out: Path) -> Path:
     """A tiny `ptype` checkpoint for PushT pixels in `out`."""
+    if ptype == "pi0_fast":
+        from vla_pi0_fast import make_pi0_fast_checkpoint
+
+        return make_pi0_fast_checkpoint(out, PushTConfig())
     if ptype == "multi_task_dit":
         from vla_dit import make_multi_task_dit_checkpoint
 
@@ -42,6 +46,11 @@ def build(ptype: str, out: Path) -> Path:
 
         return make_checkpoint(out, PushTConfig(), policy_type=ptype, latent_dim=32, state_encoder_hidden_dim=32)
     raise ValueError(ptype)
+
+
+#: what every process that loads a type needs: pi0-FAST's PaliGemma is shrunk by the patch of
+#: tests/vla_pi0.py, which the recording sitecustomize installs (TINY_PI0)
+ENV = {"pi0_fast": {"TINY_PI0": "1"}}
 
 
 @pytest.fixture(scope="module", params=TYPES)
@@ -57,16 +66,21 @@ def test_from_a_hub_id_lockstep_equals_lerobot_eval(ckpt: Path, tmp_path: Path) 
     cache = tmp_path / "hub"
     repo = f"rollbench-test/{ckpt.name}"
     put_in_cache(cache, repo, "c" * 40, ckpt)
-    assert_equals_lerobot_eval(ckpt, tmp_path, ours=repo, HF_HUB_CACHE=str(cache))
+    assert_equals_lerobot_eval(ckpt, tmp_path, ours=repo, HF_HUB_CACHE=str(cache), **ENV.get(ckpt.name, {}))
 
 
 #: the config fields naming a model each type loads when it is built (`rollbench check` rows)
-SOURCES = {"multi_task_dit": ["vision_encoder_name", "text_encoder_name"], "gaussian_actor": []}
+SOURCES = {
+    "pi0_fast": ["text_tokenizer_name", "action_tokenizer_name"],
+    "multi_task_dit": ["vision_encoder_name", "text_encoder_name"],
+    "gaussian_actor": [],
+}
 
 
 def test_check_passes(ckpt: Path, tmp_path: Path) -> None:
-    """`rollbench check` on PushT pixels fits; each model the policy loads by name (Multi-Task
-    DiT's CLIP) is found where its config says, and is a hard row once that directory is gone."""
+    """`rollbench check` on PushT pixels fits; each model the policy loads by name (pi0-FAST's
+    tokenizers, Multi-Task DiT's CLIP) is found where its config says, and is a hard row once
+    that directory is gone."""
     rc, rows, text = check(ckpt)
     assert rc == 0, text
     assert all(status != "hard" for status, _ in rows.values()), text
@@ -74,6 +88,6 @@ def test_check_passes(ckpt: Path, tmp_path: Path) -> None:
     assert [key for key in rows if key.endswith(" (config)")] == [f"{field} (config)" for field in fields], text
     assert all(rows[f"{field} (config)"][0] == "ok" for field in fields), text
     for field in fields:
-        moved = edited(ckpt, tmp_path / field, **{field: "/nonexistent/clip"})
+        moved = edited(ckpt, tmp_path / field, **{field: "/nonexistent/model"})
         rc, rows, text = check(moved)
         assert rc == 2 and rows[f"{field} (config)"][0] == "hard", text

@@ -49,8 +49,8 @@ INSTALL_HINT = "see docs/lerobot.md (pip install --no-deps lerobot==0.4.4 -r con
 
 #: how each policy type's episode state is kept, per slot where it is checked against the
 #: type's own `select_action` at one row per call (tests/test_lerobot.py, tests/test_lerobot_chunking.py):
-#: - "chunk" (ACT): `select_action` is `predict_action_chunk(obs)[:, :n_action_steps]` into a
-#:   queue, so one queue per slot is exact;
+#: - "chunk" (ACT; pi0-FAST when greedy, `GREEDY`): `select_action` is
+#:   `predict_action_chunk(obs)[:, :n_action_steps]` into a queue, so one queue per slot is exact;
 #: - "history" (Diffusion, Multi-Task DiT): one history of the last `n_obs_steps` observations
 #:   and one action queue per slot, and one torch generator per episode for the sampler's noise,
 #:   so a row's draws do not depend on which rows share its call.
@@ -63,6 +63,13 @@ PATHS = {
     "act": "chunk", "diffusion": "history", "smolvla": "chunk", "pi0": "chunk", "pi05": "chunk",
     "groot": "chunk", "xvla": "chunk", "multi_task_dit": "history",
 }
+if not before_0_5():  # pi0-FAST's per-slot path is checked on 0.6 (0.4.4's needs openpi's transformers)
+    PATHS["pi0_fast"] = "chunk"
+
+#: types that decode their chunk greedily by default and sample it otherwise (pi0-FAST's
+#: `temperature` > 0: `torch.multinomial` from the global RNG for the whole batch): they leave
+#: lockstep only when greedy, where a row's tokens do not depend on its batch-mates
+GREEDY = {"pi0_fast"}
 
 #: flow-matching types: `predict_action_chunk(obs, noise=...)` takes the noise its sampler
 #: starts from, shape (rows, chunk_size, max_action_dim), which LeRobot otherwise draws with
@@ -369,6 +376,8 @@ class LeRobotPolicy(Policy):
         path = PATHS.get(self.cfg.type, "lockstep")
         if path == "chunk" and getattr(self.cfg, "temporal_ensemble_coeff", None) is not None:
             path = "ensemble"
+        if self.cfg.type in GREEDY and getattr(self.cfg, "temperature", None):
+            path = "lockstep"
         self.seeding = conf.seeding
         if self.seeding == "lerobot-eval":
             if ctx.seed is None:
