@@ -80,12 +80,15 @@ def _select_action(policy, seed: int, batches: list[dict]) -> np.ndarray:
 
 
 #: each type's case fixture gives (adapter, batch maker, adapter path): Diffusion's history of
-#: observations (Multi-Task DiT's too, with its noise drawn per row around the call); SmolVLA's chunk queue with each chunk's flow-matching noise passed as
+#: observations (Multi-Task DiT's too, with its noise drawn per row around the call); EO-1's chunk
+#: queue with its `torch.normal` noise drawn per row around the call; SmolVLA's chunk queue with each chunk's flow-matching noise passed as
 #: `noise=`; GR00T's and X-VLA's chunk queues with their noise drawn per row around the call
 #: (GR00T's queue the tail of its chunk, X-VLA's through its own LIBERO env processors)
-CASES = pytest.mark.parametrize("case", ["diffusion", "smolvla", "groot", "xvla", "multi_task_dit"])
+CASES = pytest.mark.parametrize("case", ["diffusion", "smolvla", "groot", "xvla", "multi_task_dit", "eo1"])
 #: and pi0-FAST's chunk queue: greedy decoding, no noise (its batched rows: `test_greedy_rows_...`)
-ONE_ROW_CASES = pytest.mark.parametrize("case", ["diffusion", "smolvla", "groot", "xvla", "multi_task_dit", "pi0_fast"])
+ONE_ROW_CASES = pytest.mark.parametrize(
+    "case", ["diffusion", "smolvla", "groot", "xvla", "multi_task_dit", "eo1", "pi0_fast"],
+)
 #: the types with whole runs below (GR00T's: tests/test_lerobot_vla.py; X-VLA's: LIBERO,
 #: tests/test_lerobot_env_parity.py)
 TYPES = pytest.mark.parametrize(("ckpt_fixture", "path"), [("diffusion_ckpt", "history"), ("smolvla_ckpt", "chunk")])
@@ -113,6 +116,18 @@ def multi_task_dit_case(tmp_path_factory: pytest.TempPathFactory) -> Case:
     from vla_dit import make_multi_task_dit_checkpoint
 
     return _adapter(make_multi_task_dit_checkpoint(tmp_path_factory.mktemp("vla") / "dit", PushTConfig())), _batch, "history"
+
+
+@pytest.fixture(scope="module")
+def eo1_case(tmp_path_factory: pytest.TempPathFactory) -> Case:
+    """A tiny EO-1 (LeRobot 0.6): a one-layer Qwen2.5-VL, chunks of 8 of which 4 are played."""
+    from rollbench.lerobot_line import before_0_5
+
+    if before_0_5():
+        pytest.skip("LeRobot 0.4.4 has no eo1 (0.6 added it)")
+    from vla_eo1 import make_eo1_checkpoint
+
+    return _adapter(make_eo1_checkpoint(tmp_path_factory.mktemp("vla") / "eo1", PushTConfig())), _batch, "chunk"
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ pytestmark = [
                        "would need openpi's transformers there as pi0's does (not run on 0.4.4)"),
 ]
 
-TYPES = ["pi0_fast", "multi_task_dit", "gaussian_actor"]
+TYPES = ["pi0_fast", "multi_task_dit", "eo1", "gaussian_actor"]
 
 
 def build(ptype: str, out: Path) -> Path:
@@ -42,6 +42,10 @@ def build(ptype: str, out: Path) -> Path:
         from vla_dit import make_multi_task_dit_checkpoint
 
         return make_multi_task_dit_checkpoint(out, PushTConfig())
+    if ptype == "eo1":
+        from vla_eo1 import make_eo1_checkpoint
+
+        return make_eo1_checkpoint(out, PushTConfig())
     if ptype == "gaussian_actor":  # SAC's actor: no backbone to load; a small CNN and 32-wide MLPs
         from lerobot_helpers import make_checkpoint
 
@@ -74,13 +78,14 @@ def test_from_a_hub_id_lockstep_equals_lerobot_eval(ckpt: Path, tmp_path: Path) 
 SOURCES = {
     "pi0_fast": ["text_tokenizer_name", "action_tokenizer_name"],
     "multi_task_dit": ["vision_encoder_name", "text_encoder_name"],
+    "eo1": ["vlm_base"],
     "gaussian_actor": [],
 }
 
 
 def test_check_passes(ckpt: Path, tmp_path: Path) -> None:
     """`rollbench check` on PushT pixels fits; each model the policy loads by name (pi0-FAST's
-    tokenizers, Multi-Task DiT's CLIP) is found where its config says, and is a hard row once
+    tokenizers, Multi-Task DiT's CLIP, EO-1's processor) is found where its config says, and is a hard row once
     that directory is gone."""
     rc, rows, text = check(ckpt)
     assert rc == 0, text
