@@ -81,13 +81,13 @@ def _select_action(policy, seed: int, batches: list[dict]) -> np.ndarray:
 
 #: each type's case fixture gives (adapter, batch maker, adapter path): Diffusion's history of
 #: observations (Multi-Task DiT's too, with its noise drawn per row around the call); EO-1's chunk
-#: queue with its `torch.normal` noise drawn per row around the call; SmolVLA's chunk queue with each chunk's flow-matching noise passed as
+#: queue with its `torch.normal` noise drawn per row around the call (VLA-JEPA's: `torch.randn`); SmolVLA's chunk queue with each chunk's flow-matching noise passed as
 #: `noise=`; GR00T's and X-VLA's chunk queues with their noise drawn per row around the call
 #: (GR00T's queue the tail of its chunk, X-VLA's through its own LIBERO env processors)
-CASES = pytest.mark.parametrize("case", ["diffusion", "smolvla", "groot", "xvla", "multi_task_dit", "eo1"])
+CASES = pytest.mark.parametrize("case", ["diffusion", "smolvla", "groot", "xvla", "multi_task_dit", "eo1", "vla_jepa"])
 #: and pi0-FAST's chunk queue: greedy decoding, no noise (its batched rows: `test_greedy_rows_...`)
 ONE_ROW_CASES = pytest.mark.parametrize(
-    "case", ["diffusion", "smolvla", "groot", "xvla", "multi_task_dit", "eo1", "pi0_fast"],
+    "case", ["diffusion", "smolvla", "groot", "xvla", "multi_task_dit", "eo1", "vla_jepa", "pi0_fast"],
 )
 #: the types with whole runs below (GR00T's: tests/test_lerobot_vla.py; X-VLA's: LIBERO,
 #: tests/test_lerobot_env_parity.py)
@@ -128,6 +128,18 @@ def eo1_case(tmp_path_factory: pytest.TempPathFactory) -> Case:
     from vla_eo1 import make_eo1_checkpoint
 
     return _adapter(make_eo1_checkpoint(tmp_path_factory.mktemp("vla") / "eo1", PushTConfig())), _batch, "chunk"
+
+
+@pytest.fixture(scope="module")
+def vla_jepa_case(tmp_path_factory: pytest.TempPathFactory) -> Case:
+    """A tiny VLA-JEPA (LeRobot 0.6): a one-layer Qwen3-VL, no world model, chunks of 8 of which 4 are played."""
+    from rollbench.lerobot_line import before_0_5
+
+    if before_0_5():
+        pytest.skip("LeRobot 0.4.4 has no vla_jepa (0.6 added it)")
+    from vla_jepa import make_vla_jepa_checkpoint
+
+    return _adapter(make_vla_jepa_checkpoint(tmp_path_factory.mktemp("vla") / "jepa", PushTConfig())), _batch, "chunk"
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ pytestmark = [
                        "would need openpi's transformers there as pi0's does (not run on 0.4.4)"),
 ]
 
-TYPES = ["pi0_fast", "multi_task_dit", "eo1", "gaussian_actor"]
+TYPES = ["pi0_fast", "multi_task_dit", "eo1", "vla_jepa", "gaussian_actor"]
 
 
 def build(ptype: str, out: Path) -> Path:
@@ -46,6 +46,10 @@ def build(ptype: str, out: Path) -> Path:
         from vla_eo1 import make_eo1_checkpoint
 
         return make_eo1_checkpoint(out, PushTConfig())
+    if ptype == "vla_jepa":
+        from vla_jepa import make_vla_jepa_checkpoint
+
+        return make_vla_jepa_checkpoint(out, PushTConfig())
     if ptype == "gaussian_actor":  # SAC's actor: no backbone to load; a small CNN and 32-wide MLPs
         from lerobot_helpers import make_checkpoint
 
@@ -79,13 +83,14 @@ SOURCES = {
     "pi0_fast": ["text_tokenizer_name", "action_tokenizer_name"],
     "multi_task_dit": ["vision_encoder_name", "text_encoder_name"],
     "eo1": ["vlm_base"],
+    "vla_jepa": ["qwen_model_name"],  # (its V-JEPA 2, `jepa_encoder_name`, is for training: not loaded here)
     "gaussian_actor": [],
 }
 
 
 def test_check_passes(ckpt: Path, tmp_path: Path) -> None:
     """`rollbench check` on PushT pixels fits; each model the policy loads by name (pi0-FAST's
-    tokenizers, Multi-Task DiT's CLIP, EO-1's processor) is found where its config says, and is a hard row once
+    tokenizers, Multi-Task DiT's CLIP, EO-1's processor, VLA-JEPA's Qwen3-VL) is found where its config says, and is a hard row once
     that directory is gone."""
     rc, rows, text = check(ckpt)
     assert rc == 0, text

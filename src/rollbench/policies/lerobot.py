@@ -54,14 +54,15 @@ INSTALL_HINT = "see docs/lerobot.md (pip install --no-deps lerobot==0.4.4 -r con
 #: - "history" (Diffusion, Multi-Task DiT): one history of the last `n_obs_steps` observations
 #:   and one action queue per slot, and one torch generator per episode for the sampler's noise,
 #:   so a row's draws do not depend on which rows share its call.
-#: - "chunk" with per-row noise (SmolVLA, pi0, pi05 through `noise=`: `FLOW`; GR00T, X-VLA and
-#:   EO-1 drawn per row around the call: `ROW_NOISE`): the same queues. GR00T N1.5's queue holds the
+#: - "chunk" with per-row noise (SmolVLA, pi0, pi05 through `noise=`: `FLOW`; GR00T, X-VLA,
+#:   EO-1 and VLA-JEPA drawn per row around the call: `ROW_NOISE`): the same queues. GR00T N1.5's queue holds the
 #:   tail of its chunk (`TAIL`), and an N1.5 call holds one task's rows (`ONE_TASK_PER_CALL`).
 #: Every other type runs in lockstep with the policy's own `select_action`, exactly as
 #: lerobot-eval runs it.
 PATHS = {
     "act": "chunk", "diffusion": "history", "smolvla": "chunk", "pi0": "chunk", "pi05": "chunk",
     "groot": "chunk", "xvla": "chunk", "multi_task_dit": "history", "eo1": "chunk",
+    "vla_jepa": "chunk",
 }
 if not before_0_5():  # pi0-FAST's per-slot path is checked on 0.6 (0.4.4's needs openpi's transformers)
     PATHS["pi0_fast"] = "chunk"
@@ -84,7 +85,7 @@ FLOW = {"smolvla", "pi0", "pi05"}
 #: X-VLA's ignores the one it is given): the chunk path draws each row from its episode's generator around the call
 #: (`policies/lerobot_noise.py`), the same values one row per call gets from `select_action`
 #: after `torch.manual_seed(batch_seed([seed]))`.
-ROW_NOISE = {"groot", "xvla", "eo1"}
+ROW_NOISE = {"groot", "xvla", "eo1", "vla_jepa"}
 
 #: GR00T N1.5 (LeRobot 0.4.4's `groot`) plays the tail of its chunks and prompts every row of a
 #: call with the first row's task; N1.7 (0.6's) plays the head and formats each row's own task

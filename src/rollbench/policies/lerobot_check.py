@@ -178,9 +178,9 @@ def preflight(ckpt: Path, gives: Mapping[str, Given], action_space: Any, benchma
 
 #: config.json fields that name a model repository (or a local directory) the policy reads
 #: when it is built: SmolVLA's backbone, GR00T's base model, X-VLA's tokenizer, Multi-Task DiT's
-#: CLIP encoders, pi0-FAST's tokenizers, EO-1's processor
+#: CLIP encoders, pi0-FAST's tokenizers, EO-1's processor, VLA-JEPA's Qwen3-VL
 SOURCE_FIELDS = ("vlm_model_name", "base_model_path", "tokenizer_name", "vision_encoder_name", "text_encoder_name",
-                 "text_tokenizer_name", "action_tokenizer_name", "vlm_base")
+                 "text_tokenizer_name", "action_tokenizer_name", "vlm_base", "qwen_model_name")
 
 
 def processor_rows(ckpt: Path, cfg: Mapping[str, Any], options: Mapping[str, str], gives: Mapping[str, Given],
