@@ -1,5 +1,5 @@
 """Per-slot episode state for chunked LeRobot policies other than ACT (Diffusion, SmolVLA,
-GR00T, X-VLA).
+GR00T, X-VLA; on LeRobot 0.6 also Multi-Task DiT, EO-1, VLA-JEPA, pi0-FAST).
 
 A type leaves lockstep only once its per-slot path is checked here episode for episode
 against its own `select_action` at one row per call (docs/lerobot.md lists the others).
