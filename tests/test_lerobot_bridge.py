@@ -6,6 +6,8 @@ errors for bad input. Skipped where lerobot is not installed."""
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ import pytest
 
 pytest.importorskip("lerobot")
 
-from conftest import load_info, per_episode, run_subprocess
+from conftest import load_info, per_episode, run_subprocess, subprocess_env
 from lerobot_helpers import make_checkpoint
 from rollbench.benchmarks.lerobot_env import LerobotEnvConfig
 
@@ -520,3 +522,25 @@ def test_a_lerobot_06_multi_task_config_through_the_bridge(cli, monkeypatch: pyt
     assert all(v[3] < 20 for v in expected.values()) and len({v[3] for v in expected.values()}) > 1
     for name, got in runs.items():
         assert got == expected, name
+
+
+@pytest.mark.libero
+def test_libero_plus_gets_rollbenchs_libero_config(tmp_path: Path) -> None:
+    """0.6's libero_plus is a subclass of LeRobot's LiberoEnv: the bridge writes the `libero`
+    package's config before LeRobot imports it, as for libero (else hf-libero asks on stdin and the
+    run stops with EOFError). With hf-libero installed, the suite is hf-libero's: LIBERO's 10 tasks
+    of libero_spatial, not LIBERO-plus's variants (docs/lerobot_envs.md)."""
+    from lerobot.envs.configs import EnvConfig
+
+    from rollbench.benchmarks.libero import find_assets
+
+    if "libero_plus" not in EnvConfig.get_known_choices() or importlib.util.find_spec("libero") is None:
+        pytest.skip("needs LeRobot 0.6's libero_plus and hf-libero")
+    if find_assets(None) is None:
+        pytest.skip("needs LIBERO assets")
+    code = ("from rollbench.benchmarks.lerobot_env import LerobotEnvConfig; "
+            "print(LerobotEnvConfig(name='libero_plus').tasks())")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+                          env=subprocess_env(LIBERO_CONFIG_PATH=str(tmp_path / "none"), ROLLBENCH_CACHE=str(tmp_path / "cache")))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == str({"libero_spatial": [f"libero_spatial/{i}" for i in range(10)]})
