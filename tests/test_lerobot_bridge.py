@@ -6,6 +6,7 @@ errors for bad input. Skipped where lerobot is not installed."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import textwrap
@@ -483,14 +484,13 @@ REACH_SUITES = textwrap.dedent(
 )
 
 
-def test_a_lerobot_06_multi_task_config_through_the_bridge(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_lerobot_06_multi_task_config_through_the_bridge(tmp_path: Path) -> None:
     """A config shaped like 0.6's multi-task benchmarks: its suites are task groups named with
     LeRobot's task ids, its env processors run once each (the steering policy reaches every target),
     its envs' own step limits and descriptions reach the results, and lockstep and continuous runs,
-    in this process and in 1 or 2 workers, give the same episodes."""
+    in one process and in 1 or 2 workers, give the same episodes. Each run is a process of its own:
+    the plugin reaches its workers through PYTHONPATH, as an installed one would."""
     from lerobot.envs.configs import EnvConfig
-
-    from rollbench.benchmarks import lerobot_env
 
     if not hasattr(EnvConfig, "create_envs"):
         pytest.skip("LeRobot < 0.5: make_env does not call an env config's own create_envs")
@@ -500,9 +500,7 @@ def test_a_lerobot_06_multi_task_config_through_the_bridge(cli, monkeypatch: pyt
     (site / "lerobot_env_reach_suites-0.1.dist-info").mkdir()
     (site / "lerobot_env_reach_suites-0.1.dist-info" / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: lerobot-env-reach-suites\nVersion: 0.1\n")
-    monkeypatch.syspath_prepend(str(site))  # worker processes get this process's sys.path and environment
-    monkeypatch.setenv("ROLLBENCH_PLUGINS", "steer_policy")
-    lerobot_env.discover_plugins.cache_clear()  # look again, with the plugin on the path
+    env = {"PYTHONPATH": os.pathsep.join([str(site), subprocess_env()["PYTHONPATH"]]), "ROLLBENCH_PLUGINS": "steer_policy"}
     flags = ["eval", "--env.type=lerobot", "--env.name=reach_suites", "--env.task=near,far", "--env.episode_length=20",
              "--policy.type=steer", "--eval.n_episodes=3", f"--seed={SEED}", "--eval.report=false"]
     runners = {"lockstep": ("--eval.mode=lockstep", "--eval.isolation=none", "--eval.batch_size=2"),
@@ -511,7 +509,7 @@ def test_a_lerobot_06_multi_task_config_through_the_bridge(cli, monkeypatch: pyt
                "continuous-2-workers": ("--eval.mode=continuous", "--workers=2")}
     runs = {}
     for name, how in runners.items():
-        res = cli(*flags, *how, f"--output_dir={tmp_path / name}")
+        res = run_subprocess(*flags, *how, f"--output_dir={tmp_path / name}", **env)
         assert res.rc == 0, (name, res.err[-3000:])
         runs[name] = per_episode(tmp_path / name)
     tasks = {(t["task_group"], t["task"], t["task_id"]): t["description"] for t in load_info(tmp_path / "lockstep")["per_task"]}
