@@ -430,6 +430,15 @@ def lerobot_catalogue(bench: LerobotEnvConfig) -> dict[str, dict[int, EnvFactory
 
     cfg = lerobot_config(bench)
     where = f"LeRobot's make_env for --env.name={bench.name}"
+    libero_from = metadata.packages_distributions().get("libero", [])
+    if bench.name == "libero_plus" and any(d.replace("-", "_") == "hf_libero" for d in libero_from):
+        # LeRobot's libero_plus imports the `libero` package: hf-libero's is LIBERO, whose results
+        # would be reported under LIBERO-plus's name
+        raise BenchmarkUnavailable(
+            "--env.name=libero_plus: the installed `libero` package is hf-libero's LIBERO, not LIBERO-plus (a git fork "
+            "that installs under the same name), so it would run plain LIBERO under libero_plus's name; install "
+            "LIBERO-plus in its place, or run --env.type=libero (docs/lerobot_envs.md)"
+        )
     # libero and its subclasses (0.6's libero_plus): the `libero` package asks on stdin for its
     # config on import, so give it rollbench's first
     if isinstance(cfg, LiberoEnv):
