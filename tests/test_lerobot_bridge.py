@@ -6,6 +6,7 @@ errors for bad input. Skipped where lerobot is not installed."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 
 pytest.importorskip("lerobot")
 
-from conftest import load_info, per_episode, run_subprocess
+from conftest import load_info, per_episode, run_subprocess, subprocess_env
 from lerobot_helpers import make_checkpoint
 from rollbench.benchmarks.lerobot_env import LerobotEnvConfig
 
@@ -386,3 +387,151 @@ def test_an_envhub_file_without_make_env_is_one_line(cli, tmp_path: Path) -> Non
               f"--output_dir={tmp_path / 'out'}")
     assert res.rc == 2 and "defines no make_env" in res.err and "Traceback" not in res.err, res.err
     assert not (tmp_path / "out").exists()
+
+
+# -- (e) LeRobot 0.6's multi-task env configs (libero_plus, robocasa, robomme, robotwin, vlabench) --
+
+# A stand-in built as those five are: an EnvConfig registered with `register_subclass`, its own
+# `create_envs` returning {suite: {task_id: vec_env}} that picks the vector env class with
+# LeRobot's `_make_vec_env_cls` and wraps an async one in LeRobot's `_LazyAsyncVectorEnv` (the
+# `env_cls is gym.vector.AsyncVectorEnv` test), its own `get_env_processors`, and envs that set
+# their own `_max_episode_steps` and `task_description`. Its env shows the target before the
+# position and moves against its action; its processors put the target last and flip the action
+# back, so `--policy.type=steer` reaches every target only if each runs exactly once per step.
+REACH_SUITES = textwrap.dedent(
+    """
+    from dataclasses import dataclass
+    from functools import partial
+
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    from lerobot.envs.configs import EnvConfig, _make_vec_env_cls
+    from lerobot.envs.utils import _LazyAsyncVectorEnv
+    from lerobot.processor import ObservationProcessorStep, PolicyActionProcessorStep, PolicyProcessorPipeline
+
+    SUITES = {"near": {0: 0.3, 3: 0.6}, "far": {1: 1.2}}  # suite -> LeRobot task id -> distance to the target
+
+    class Reach(gym.Env):
+        def __init__(self, distance, episode_length):
+            self.distance = distance
+            self._max_episode_steps = episode_length
+            self.task_description = f"reach a target {distance} away"
+            self.observation_space = gym.spaces.Dict(
+                {"environment_state": gym.spaces.Box(-10.0, 10.0, (4,), np.float64)})
+            self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+        def _obs(self):
+            return {"environment_state": np.concatenate([self.target, self.pos])}
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.pos = self.np_random.uniform(-1.0, 1.0, 2)
+            angle = self.np_random.uniform(0.0, 2 * np.pi)
+            self.target = self.pos + self.distance * np.array([np.cos(angle), np.sin(angle)])
+            self.t = 0
+            return self._obs(), {}
+
+        def step(self, action):
+            self.pos = self.pos - 0.1 * np.asarray(action, np.float64)
+            self.t += 1
+            gap = float(np.linalg.norm(self.target - self.pos))
+            ok = gap < 0.05
+            return self._obs(), -gap, ok, self.t >= self._max_episode_steps and not ok, {"is_success": ok}
+
+    @dataclass
+    class TargetLast(ObservationProcessorStep):
+        def observation(self, observation):
+            state = observation["observation.environment_state"]
+            return {**observation, "observation.environment_state": torch.cat([state[:, 2:], state[:, :2]], dim=1)}
+
+        def transform_features(self, features):
+            return features
+
+    @dataclass
+    class FlipAction(PolicyActionProcessorStep):
+        def action(self, action):
+            return -action
+
+        def transform_features(self, features):
+            return features
+
+    @EnvConfig.register_subclass("reach_suites")
+    @dataclass
+    class ReachSuitesEnv(EnvConfig):
+        task: str = "near,far"
+        episode_length: int = 30
+
+        @property
+        def gym_kwargs(self):
+            return {}
+
+        def create_envs(self, n_envs, use_async_envs=False):
+            env_cls = _make_vec_env_cls(use_async_envs, n_envs)
+            out = {}
+            for suite in self.task.split(","):
+                for task_id, distance in SUITES[suite].items():
+                    fns = [partial(Reach, distance, self.episode_length)] * n_envs
+                    vec = _LazyAsyncVectorEnv(fns) if env_cls is gym.vector.AsyncVectorEnv else env_cls(fns)
+                    out.setdefault(suite, {})[task_id] = vec
+            return out
+
+        def get_env_processors(self):
+            return PolicyProcessorPipeline(steps=[TargetLast()]), PolicyProcessorPipeline(steps=[FlipAction()])
+    """
+)
+
+
+def test_a_lerobot_06_multi_task_config_through_the_bridge(tmp_path: Path) -> None:
+    """A config shaped like 0.6's multi-task benchmarks: its suites are task groups named with
+    LeRobot's task ids, its env processors run once each (the steering policy reaches every target),
+    its envs' own step limits and descriptions reach the results, and lockstep and continuous runs,
+    in one process and in 1 or 2 workers, give the same episodes. Each run is a process of its own:
+    the plugin reaches its workers through PYTHONPATH, as an installed one would."""
+    from lerobot.envs.configs import EnvConfig
+
+    if not hasattr(EnvConfig, "create_envs"):
+        pytest.skip("LeRobot < 0.5: make_env does not call an env config's own create_envs")
+    site = tmp_path / "site"
+    (site / "lerobot_env_reach_suites").mkdir(parents=True)
+    (site / "lerobot_env_reach_suites" / "__init__.py").write_text(REACH_SUITES)
+    (site / "lerobot_env_reach_suites-0.1.dist-info").mkdir()
+    (site / "lerobot_env_reach_suites-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: lerobot-env-reach-suites\nVersion: 0.1\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(site), subprocess_env()["PYTHONPATH"]]), "ROLLBENCH_PLUGINS": "steer_policy"}
+    flags = ["eval", "--env.type=lerobot", "--env.name=reach_suites", "--env.task=near,far", "--env.episode_length=20",
+             "--policy.type=steer", "--eval.n_episodes=3", f"--seed={SEED}", "--eval.report=false"]
+    runners = {"lockstep": ("--eval.mode=lockstep", "--eval.isolation=none", "--eval.batch_size=2"),
+               "lockstep-2-workers": ("--eval.mode=lockstep", "--workers=2"),
+               "continuous-1-worker": ("--eval.mode=continuous", "--workers=1"),
+               "continuous-2-workers": ("--eval.mode=continuous", "--workers=2")}
+    runs = {}
+    for name, how in runners.items():
+        res = run_subprocess(*flags, *how, f"--output_dir={tmp_path / name}", **env)
+        assert res.rc == 0, (name, res.err[-3000:])
+        runs[name] = per_episode(tmp_path / name)
+    tasks = {(t["task_group"], t["task"], t["task_id"]): t["description"] for t in load_info(tmp_path / "lockstep")["per_task"]}
+    assert tasks == {("near", "near/0", 0): "reach a target 0.3 away", ("near", "near/3", 1): "reach a target 0.6 away",
+                     ("far", "far/1", 0): "reach a target 1.2 away"}
+    expected = runs["lockstep"]
+    assert len(expected) == 9 and all(v[0] for v in expected.values()), "every target reached"
+    assert all(v[3] < 20 for v in expected.values()) and len({v[3] for v in expected.values()}) > 1
+    for name, got in runs.items():
+        assert got == expected, name
+
+
+@pytest.mark.libero
+def test_libero_plus_over_hf_libero_is_refused_in_one_line(tmp_path: Path) -> None:
+    """0.6's libero_plus imports the `libero` package; where that is hf-libero's LIBERO, its
+    episodes would be plain LIBERO reported as libero_plus (LeRobot's own factory does so):
+    refused in one line, before any output (docs/lerobot_envs.md)."""
+    from lerobot.envs.configs import EnvConfig
+
+    if "libero_plus" not in EnvConfig.get_known_choices() or importlib.util.find_spec("libero") is None:
+        pytest.skip("needs LeRobot 0.6's libero_plus and hf-libero")
+    res = run_subprocess("eval", "--env.type=lerobot", "--env.name=libero_plus", "--policy.type=random",
+                         f"--output_dir={tmp_path / 'o'}", timeout=300)
+    assert res.rc == 2, res.err
+    assert res.err.strip().splitlines() == [res.err.strip()], res.err
+    assert "the installed `libero` package is hf-libero's LIBERO, not LIBERO-plus" in res.err
+    assert not (tmp_path / "o").exists()

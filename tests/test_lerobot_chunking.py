@@ -1,5 +1,5 @@
 """Per-slot episode state for chunked LeRobot policies other than ACT (Diffusion, SmolVLA,
-GR00T, X-VLA).
+GR00T, X-VLA; on LeRobot 0.6 also Multi-Task DiT, EO-1, VLA-JEPA, pi0-FAST).
 
 A type leaves lockstep only once its per-slot path is checked here episode for episode
 against its own `select_action` at one row per call (docs/lerobot.md lists the others).
@@ -80,10 +80,15 @@ def _select_action(policy, seed: int, batches: list[dict]) -> np.ndarray:
 
 
 #: each type's case fixture gives (adapter, batch maker, adapter path): Diffusion's history of
-#: observations; SmolVLA's chunk queue with each chunk's flow-matching noise passed as
+#: observations (Multi-Task DiT's too, with its noise drawn per row around the call); EO-1's chunk
+#: queue with its `torch.normal` noise drawn per row around the call (VLA-JEPA's: `torch.randn`); SmolVLA's chunk queue with each chunk's flow-matching noise passed as
 #: `noise=`; GR00T's and X-VLA's chunk queues with their noise drawn per row around the call
 #: (GR00T's queue the tail of its chunk, X-VLA's through its own LIBERO env processors)
-CASES = pytest.mark.parametrize("case", ["diffusion", "smolvla", "groot", "xvla"])
+CASES = pytest.mark.parametrize("case", ["diffusion", "smolvla", "groot", "xvla", "multi_task_dit", "eo1", "vla_jepa"])
+#: and pi0-FAST's chunk queue: greedy decoding, no noise (its batched rows: `test_greedy_rows_...`)
+ONE_ROW_CASES = pytest.mark.parametrize(
+    "case", ["diffusion", "smolvla", "groot", "xvla", "multi_task_dit", "eo1", "vla_jepa", "pi0_fast"],
+)
 #: the types with whole runs below (GR00T's: tests/test_lerobot_vla.py; X-VLA's: LIBERO,
 #: tests/test_lerobot_env_parity.py)
 TYPES = pytest.mark.parametrize(("ckpt_fixture", "path"), [("diffusion_ckpt", "history"), ("smolvla_ckpt", "chunk")])
@@ -99,6 +104,78 @@ def diffusion_case(diffusion_ckpt: Path) -> Case:
 @pytest.fixture(scope="module")
 def smolvla_case(smolvla_ckpt: Path) -> Case:
     return _adapter(smolvla_ckpt), _batch, "chunk"
+
+
+@pytest.fixture(scope="module")
+def multi_task_dit_case(tmp_path_factory: pytest.TempPathFactory) -> Case:
+    """A tiny Multi-Task DiT (LeRobot 0.5+): 2 observations of history, chunks of 4, DDPM."""
+    from rollbench.lerobot_line import before_0_5
+
+    if before_0_5():
+        pytest.skip("LeRobot 0.4.4 has no multi_task_dit (0.5 added it)")
+    from vla_dit import make_multi_task_dit_checkpoint
+
+    return _adapter(make_multi_task_dit_checkpoint(tmp_path_factory.mktemp("vla") / "dit", PushTConfig())), _batch, "history"
+
+
+@pytest.fixture(scope="module")
+def eo1_case(tmp_path_factory: pytest.TempPathFactory) -> Case:
+    """A tiny EO-1 (LeRobot 0.6): a one-layer Qwen2.5-VL, chunks of 8 of which 4 are played."""
+    from rollbench.lerobot_line import before_0_5
+
+    if before_0_5():
+        pytest.skip("LeRobot 0.4.4 has no eo1 (0.6 added it)")
+    from vla_eo1 import make_eo1_checkpoint
+
+    return _adapter(make_eo1_checkpoint(tmp_path_factory.mktemp("vla") / "eo1", PushTConfig())), _batch, "chunk"
+
+
+@pytest.fixture(scope="module")
+def vla_jepa_case(tmp_path_factory: pytest.TempPathFactory) -> Case:
+    """A tiny VLA-JEPA (LeRobot 0.6): a one-layer Qwen3-VL, no world model, chunks of 8 of which 4 are played."""
+    from rollbench.lerobot_line import before_0_5
+
+    if before_0_5():
+        pytest.skip("LeRobot 0.4.4 has no vla_jepa (0.6 added it)")
+    from vla_jepa import make_vla_jepa_checkpoint
+
+    return _adapter(make_vla_jepa_checkpoint(tmp_path_factory.mktemp("vla") / "jepa", PushTConfig())), _batch, "chunk"
+
+
+@pytest.fixture(scope="module")
+def pi0_fast_case(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Case]:
+    """A tiny pi0-FAST (LeRobot 0.6): chunks of 4 decoded greedily, its PaliGemma shrunk by
+    tests/vla_pi0.py's patch for the module."""
+    from rollbench.lerobot_line import before_0_5
+
+    if before_0_5():
+        pytest.skip("pi0-FAST's per-slot path is checked on LeRobot 0.6 (0.4.4's needs openpi's transformers)")
+    from vla_pi0 import tiny_pi0
+    from vla_pi0_fast import make_pi0_fast_checkpoint
+
+    with tiny_pi0():
+        yield _adapter(make_pi0_fast_checkpoint(tmp_path_factory.mktemp("vla") / "fast", PushTConfig())), _batch, "chunk"
+
+
+def test_greedy_rows_are_their_one_row_actions(pi0_fast_case: Case) -> None:
+    """pi0-FAST decodes greedily: two slots in one call each get their one-row actions (up to
+    float32 rounding), and different observations give different actions."""
+    policy, make_batch, _ = pi0_fast_case
+    rng = np.random.default_rng(2)
+    batches = [make_batch(2, rng) for _ in range(9)]
+    policy.reset([0, 1], [_start(0, 7), _start(1, 8)])
+    both = np.stack([policy.act(b, [0, 1]) for b in batches])
+    for i, seed in enumerate((7, 8)):
+        np.testing.assert_allclose(both[:, i], _select_action(policy, seed, [_row(b, i) for b in batches]),
+                                   rtol=1e-5, atol=1e-3)
+    assert np.abs(both[:, 0] - both[:, 1]).max() > 1.0
+
+
+def test_a_sampling_pi0_fast_runs_lockstep(pi0_fast_case: Case) -> None:
+    """With `temperature` > 0 pi0-FAST samples its tokens from torch's global RNG for the whole
+    batch at once: it stays in lockstep, as lerobot-eval runs it."""
+    policy, _, _ = pi0_fast_case
+    assert make_adapter(Path(policy.name), PushTConfig(), temperature="0.7").path == "lockstep"
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +218,7 @@ def xvla_case(tmp_path_factory: pytest.TempPathFactory) -> Case:
     return policy, libero_batch, "chunk"
 
 
-@CASES
+@ONE_ROW_CASES
 def test_per_slot_equals_select_action_at_one_row_per_call(request: pytest.FixtureRequest, case: str) -> None:
     """At one row per call, bit for bit LeRobot's select_action after
     `torch.manual_seed(batch_seed([seed]))`, across chunk boundaries and a new episode mid-chunk."""

@@ -92,7 +92,7 @@ def lerobot_eval(ckpt: Path, out: Path, batch_size: int, env: dict[str, str]) ->
     )
 
 
-def rollbench(ckpt: Path, out: Path, *extra: str, env: dict[str, str] | None = None) -> list[Episode]:
+def rollbench(ckpt: Path | str, out: Path, *extra: str, env: dict[str, str] | None = None) -> list[Episode]:
     res = run_subprocess(
         "eval", "--env.type=pusht", f"--env.episode_length={LENGTH}", f"--policy.path={ckpt}",
         f"--eval.n_episodes={EPISODES}", f"--seed={SEED}", f"--output_dir={out}", "--eval.max_episodes_rendered=0",
@@ -128,14 +128,17 @@ def assert_same_episodes(a: list[Episode], b: list[Episode]) -> None:
         assert math.isclose(mx, my, rel_tol=1e-12, abs_tol=1e-12), (mx, my)
 
 
-def assert_equals_lerobot_eval(ckpt: Path, tmp_path: Path, first: tuple[Path, ...] = (), **env: str) -> None:
+def assert_equals_lerobot_eval(ckpt: Path, tmp_path: Path, first: tuple[Path, ...] = (), ours: str | None = None,
+                               **env: str) -> None:
     """lerobot-eval at batch 2 and `rollbench eval --policy.seeding=lerobot-eval` (lockstep, env
-    workers) on PushT pixels: every action of every episode, then every episode's results."""
+    workers) on PushT pixels: every action of every episode, then every episode's results.
+    rollbench takes the checkpoint as `ours` where given (a hub id of its copy in a cache)."""
     theirs_env, theirs_record = recording_env(tmp_path, "lerobot", first, **env)
     ours_env, ours_record = recording_env(tmp_path, "rollbench", first, **env)
     with ThreadPoolExecutor(1) as pool:  # two independent processes: both cores work (lerobot-eval uses one)
         theirs_run = pool.submit(lerobot_eval, ckpt, tmp_path / "lerobot", 2, theirs_env)
-        ours = rollbench(ckpt, tmp_path / "ours", "--policy.seeding=lerobot-eval", "--eval.batch_size=2", env=ours_env)
+        results = rollbench(ours or ckpt, tmp_path / "ours", "--policy.seeding=lerobot-eval", "--eval.batch_size=2",
+                            env=ours_env)
         theirs = theirs_run.result()
     assert load_info(tmp_path / "ours")["mode"] == "lockstep"
     a, b = read_actions(ours_record), read_actions(theirs_record)
@@ -144,7 +147,7 @@ def assert_equals_lerobot_eval(ckpt: Path, tmp_path: Path, first: tuple[Path, ..
         assert len(a[seed]) == len(b[seed]) == LENGTH, seed
         assert a[seed] == b[seed], f"episode with seed {seed}: the actions differ"
     assert len({tuple(map(tuple, v)) for v in a.values()}) == EPISODES  # each episode acts on its own
-    assert_same_episodes(ours, theirs)
+    assert_same_episodes(results, theirs)
 
 
 @pytest.mark.slow

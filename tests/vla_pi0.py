@@ -52,7 +52,10 @@ _VOCAB = 512  # the byte tokenizer's ids (< 260) must fit; LeRobot hard-codes 25
 _IMAGE_SIZE = 56  # PI0Config.image_resolution: SigLIP's 14-pixel patches give 16 image tokens
 _PAD, _BOS, _EOS = "<pad>", "<bos>", "<eos>"
 _HUB_TOKENIZER = "google/paligemma-3b-pt-224"
-_MODULES = ("lerobot.policies.pi0.modeling_pi0", "lerobot.policies.pi05.modeling_pi05")
+#: pi0_fast builds the same PaliGemma by the same variant names, without the action expert
+_MODULES = (
+    "lerobot.policies.pi0.modeling_pi0", "lerobot.policies.pi05.modeling_pi05", "lerobot.policies.pi0_fast.modeling_pi0_fast",
+)
 
 
 def tokenizer_dir(out: Path) -> Path:
@@ -61,7 +64,7 @@ def tokenizer_dir(out: Path) -> Path:
 
 
 def _tiny_replacements(module: ModuleType) -> dict[str, Any]:
-    """The attributes of `module` (modeling_pi0 or modeling_pi05) that make its model tiny.
+    """The attributes of `module` (modeling_pi0, modeling_pi05, modeling_pi0_fast) that make its model tiny.
 
     `get_gemma_config` maps the two allowed variant names to tiny Gemmas. The constructors are
     wrapped because `PaliGemmaWithExpertModel.__init__` sets SigLIP's size, the projector width
@@ -70,7 +73,6 @@ def _tiny_replacements(module: ModuleType) -> dict[str, Any]:
     gemma_config = module.GemmaConfig
     paligemma_name, gemma_name = _constructor_names(module)
     paligemma = getattr(module, paligemma_name)
-    gemma = getattr(module, gemma_name)
 
     def get_gemma_config(variant: str) -> Any:
         sizes = {"gemma_2b": _VLM, "gemma_300m": _EXPERT}.get(variant)
@@ -87,26 +89,34 @@ def _tiny_replacements(module: ModuleType) -> dict[str, Any]:
         config._vocab_size = _VOCAB  # PaliGemmaConfig's own copy, which LeRobot sets too
         return paligemma(config=config)
 
-    def tiny_gemma(config: Any) -> Any:
-        config.vocab_size = _VOCAB
-        return gemma(config=config)
+    replacements = {"get_gemma_config": get_gemma_config, paligemma_name: tiny_paligemma}
+    if gemma_name is not None:
+        gemma = getattr(module, gemma_name)
 
-    return {"get_gemma_config": get_gemma_config, paligemma_name: tiny_paligemma, gemma_name: tiny_gemma}
+        def tiny_gemma(config: Any) -> Any:
+            config.vocab_size = _VOCAB
+            return gemma(config=config)
+
+        replacements[gemma_name] = tiny_gemma
+    return replacements
 
 
-def _constructor_names(module: ModuleType) -> tuple[str, str]:
+def _constructor_names(module: ModuleType) -> tuple[str, str | None]:
     """The PaliGemma and Gemma classes `PaliGemmaWithExpertModel` builds: transformers' own in
-    LeRobot 0.4.4 (openpi's patched transformers), LeRobot 0.6's subclasses of them (`pi_gemma.py`)."""
+    LeRobot 0.4.4 (openpi's patched transformers), LeRobot 0.6's subclasses of them (`pi_gemma.py`);
+    pi0_fast has no action expert (no Gemma)."""
     if hasattr(module, "PaliGemmaForConditionalGenerationWithPiGemma"):
-        return "PaliGemmaForConditionalGenerationWithPiGemma", "PiGemmaForCausalLM"
-    return "PaliGemmaForConditionalGeneration", "GemmaForCausalLM"
+        paligemma, gemma = "PaliGemmaForConditionalGenerationWithPiGemma", "PiGemmaForCausalLM"
+    else:
+        paligemma, gemma = "PaliGemmaForConditionalGeneration", "GemmaForCausalLM"
+    return paligemma, gemma if hasattr(module, gemma) else None
 
 
 def _patch(module: ModuleType) -> dict[str, Any]:
     """Make `module` build tiny models; returns the replaced attributes (idempotent)."""
     if getattr(module, "_rollbench_tiny_pi0", False):
         return {}
-    names = ("get_gemma_config", *_constructor_names(module))
+    names = ("get_gemma_config", *(name for name in _constructor_names(module) if name))
     saved = {name: getattr(module, name) for name in names}
     for name, value in _tiny_replacements(module).items():
         setattr(module, name, value)
@@ -115,7 +125,7 @@ def _patch(module: ModuleType) -> dict[str, Any]:
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Patches modeling_pi0/modeling_pi05 right after they are first imported.
+    """Patches modeling_pi0/modeling_pi05/modeling_pi0_fast right after they are first imported.
 
     A sitecustomize runs in every Python process on the PYTHONPATH; importing LeRobot's pi0
     (torch, transformers) there would cost seconds in processes that never use it.
@@ -138,7 +148,7 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
 
 def install_tiny_pi0_patch() -> None:
-    """Make every pi0/pi05 this process builds or loads the tiny one, for good (for a sitecustomize)."""
+    """Make every pi0/pi05/pi0_fast this process builds or loads the tiny one, for good (for a sitecustomize)."""
     for name in _MODULES:
         if name in sys.modules:
             _patch(sys.modules[name])
@@ -159,7 +169,7 @@ def write_pi0_sitecustomize(hook: Path) -> Path:
 
 @contextlib.contextmanager
 def tiny_pi0() -> Iterator[None]:
-    """Within the block, pi0/pi05 models built or loaded in this process are the tiny ones."""
+    """Within the block, pi0/pi05/pi0_fast models built or loaded in this process are the tiny ones."""
     import importlib
 
     modules = [importlib.import_module(name) for name in _MODULES]

@@ -425,12 +425,24 @@ def _missing_package(err: BaseException) -> str | None:
 @functools.lru_cache(maxsize=16)
 def lerobot_catalogue(bench: LerobotEnvConfig) -> dict[str, dict[int, EnvFactory]]:
     """{suite: {task_id: factory}} of LeRobot's factory for `bench`, no env built."""
+    from lerobot.envs.configs import LiberoEnv  # optional: lerobot
     from lerobot.envs.factory import make_env  # optional: lerobot
 
     cfg = lerobot_config(bench)
     where = f"LeRobot's make_env for --env.name={bench.name}"
-    if bench.name == "libero":  # hf-libero asks on stdin for its config on import: give it rollbench's
-        # lazy: a plugin, loaded by name (registry.py); only --env.name=libero needs it
+    libero_from = metadata.packages_distributions().get("libero", [])
+    if bench.name == "libero_plus" and any(d.replace("-", "_") == "hf_libero" for d in libero_from):
+        # LeRobot's libero_plus imports the `libero` package: hf-libero's is LIBERO, whose results
+        # would be reported under LIBERO-plus's name
+        raise BenchmarkUnavailable(
+            "--env.name=libero_plus: the installed `libero` package is hf-libero's LIBERO, not LIBERO-plus (a git fork "
+            "that installs under the same name), so it would run plain LIBERO under libero_plus's name; install "
+            "LIBERO-plus in its place, or run --env.type=libero (docs/lerobot_envs.md)"
+        )
+    # libero and its subclasses (0.6's libero_plus): the `libero` package asks on stdin for its
+    # config on import, so give it rollbench's first
+    if isinstance(cfg, LiberoEnv):
+        # lazy: a plugin, loaded by name (registry.py); only LIBERO needs it
         from rollbench.benchmarks.libero import LiberoConfig, prepare_libero
 
         prepare_libero(LiberoConfig().assets())

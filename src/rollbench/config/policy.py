@@ -40,6 +40,12 @@ class PolicyConfig:
         "global RNG seeded once with --seed before the checkpoint loads, as lerobot-eval does (lockstep; the same "
         "draws as lerobot-eval at the same --eval.batch_size, for a run done in one go)",
     )
+    fresh_weights: bool = opt(
+        False,
+        "for policies that train at test time (change their weights inside act): every episode acts with its own "
+        "copy of the policy as it was built, one row per call, so no episode sees what another taught it. Without "
+        "it such a policy is refused at its first change",
+    )
     rename_map: str = opt(
         "",
         "observation keys renamed before the policy sees them, as JSON {\"env key\": \"policy key\"} "
@@ -56,6 +62,13 @@ class PolicyConfig:
         if self.seeding != "episode" and self.type != "lerobot":
             raise ConfigError(f"--policy.seeding={self.seeding} is for LeRobot checkpoints (--policy.type=lerobot), "
                               f"not --policy.type={self.type}")
+        if self.fresh_weights and self.seeding == "lerobot-eval":
+            raise ConfigError("--policy.fresh_weights=true calls each episode's own copy one row at a time, which cannot "
+                              "draw lerobot-eval's batch-shaped noise (--policy.seeding=lerobot-eval); use "
+                              "--policy.seeding=episode with it")
+        if self.fresh_weights and self.type == "remote":
+            raise ConfigError("--policy.fresh_weights=true copies the policy's weights, which a --policy.type=remote "
+                              "policy keeps in its server; give each episode fresh weights there")
         self.renames()  # checked before anything runs
 
     def renames(self) -> dict[str, str]:

@@ -118,6 +118,8 @@ class RunConfig:
         # where and how many per call, not what; a hub revision is what its commit is
         for key in ("placement", "max_batch_size", "revision"):
             policy.pop(key, None)
+        if not policy.get("fresh_weights"):  # off: as runs logged before the flag existed say it
+            policy.pop("fresh_weights", None)
         return {
             "env": to_dict(self.env),
             "policy": policy,

@@ -79,6 +79,12 @@ class Policy(abc.ABC):
     def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
         """One action per row of `batch`."""
 
+    def torch_modules(self) -> Sequence[Any]:
+        """The torch modules whose parameters `act` uses (none by default): rollbench watches
+        them to refuse a policy that changes its own weights while it acts, which would make
+        each episode depend on those before it (`policies/weights.py`)."""
+        return ()
+
     def env_processors(self, benchmark: BenchmarkConfig) -> tuple[Any, Any] | None:
         """(observation pre-processor, action post-processor) to use in place of the
         benchmark's (`get_env_processors`), or None for the benchmark's. A policy that brings

@@ -49,20 +49,28 @@ INSTALL_HINT = "see docs/lerobot.md (pip install --no-deps lerobot==0.4.4 -r con
 
 #: how each policy type's episode state is kept, per slot where it is checked against the
 #: type's own `select_action` at one row per call (tests/test_lerobot.py, tests/test_lerobot_chunking.py):
-#: - "chunk" (ACT): `select_action` is `predict_action_chunk(obs)[:, :n_action_steps]` into a
-#:   queue, so one queue per slot is exact;
-#: - "history" (Diffusion): one history of the last `n_obs_steps` observations and one action
-#:   queue per slot, and one torch generator per episode for the sampler's noise, so a row's
-#:   draws do not depend on which rows share its call.
-#: - "chunk" with per-row noise (SmolVLA, pi0, pi05 through `noise=`: `FLOW`; GR00T and X-VLA
-#:   drawn per row around the call: `ROW_NOISE`): the same queues. GR00T N1.5's queue holds the
+#: - "chunk" (ACT; pi0-FAST when greedy, `GREEDY`): `select_action` is
+#:   `predict_action_chunk(obs)[:, :n_action_steps]` into a queue, so one queue per slot is exact;
+#: - "history" (Diffusion, Multi-Task DiT): one history of the last `n_obs_steps` observations
+#:   and one action queue per slot, and one torch generator per episode for the sampler's noise,
+#:   so a row's draws do not depend on which rows share its call.
+#: - "chunk" with per-row noise (SmolVLA, pi0, pi05 through `noise=`: `FLOW`; GR00T, X-VLA,
+#:   EO-1 and VLA-JEPA drawn per row around the call: `ROW_NOISE`): the same queues. GR00T N1.5's queue holds the
 #:   tail of its chunk (`TAIL`), and an N1.5 call holds one task's rows (`ONE_TASK_PER_CALL`).
 #: Every other type runs in lockstep with the policy's own `select_action`, exactly as
 #: lerobot-eval runs it.
 PATHS = {
     "act": "chunk", "diffusion": "history", "smolvla": "chunk", "pi0": "chunk", "pi05": "chunk",
-    "groot": "chunk", "xvla": "chunk",
+    "groot": "chunk", "xvla": "chunk", "multi_task_dit": "history", "eo1": "chunk",
+    "vla_jepa": "chunk",
 }
+if not before_0_5():  # pi0-FAST's per-slot path is checked on 0.6 (0.4.4's needs openpi's transformers)
+    PATHS["pi0_fast"] = "chunk"
+
+#: types that decode their chunk greedily by default and sample it otherwise (pi0-FAST's
+#: `temperature` > 0: `torch.multinomial` from the global RNG for the whole batch): they leave
+#: lockstep only when greedy, where a row's tokens do not depend on its batch-mates
+GREEDY = {"pi0_fast"}
 
 #: flow-matching types: `predict_action_chunk(obs, noise=...)` takes the noise its sampler
 #: starts from, shape (rows, chunk_size, max_action_dim), which LeRobot otherwise draws with
@@ -72,12 +80,12 @@ PATHS = {
 #: actions independent of its batch-mates.
 FLOW = {"smolvla", "pi0", "pi05"}
 
-#: types that draw their sampler's noise as one batch-shaped `torch.randn` from the global RNG
-#: and take no `noise=` (GR00T's `predict_action_chunk` has none; X-VLA's ignores the one it
-#: is given): the chunk path draws each row from its episode's generator around the call
+#: types that draw their sampler's noise as one batch-shaped `torch.randn` (EO-1: `torch.normal`)
+#: from the global RNG and take no `noise=` (GR00T's and EO-1's `predict_action_chunk` have none;
+#: X-VLA's ignores the one it is given): the chunk path draws each row from its episode's generator around the call
 #: (`policies/lerobot_noise.py`), the same values one row per call gets from `select_action`
 #: after `torch.manual_seed(batch_seed([seed]))`.
-ROW_NOISE = {"groot", "xvla"}
+ROW_NOISE = {"groot", "xvla", "eo1", "vla_jepa"}
 
 #: GR00T N1.5 (LeRobot 0.4.4's `groot`) plays the tail of its chunks and prompts every row of a
 #: call with the first row's task; N1.7 (0.6's) plays the head and formats each row's own task
@@ -372,6 +380,8 @@ class LeRobotPolicy(Policy):
         path = PATHS.get(self.cfg.type, "lockstep")
         if path == "chunk" and getattr(self.cfg, "temporal_ensemble_coeff", None) is not None:
             path = "ensemble"
+        if self.cfg.type in GREEDY and getattr(self.cfg, "temperature", None):
+            path = "lockstep"
         self.seeding = conf.seeding
         if self.seeding == "lerobot-eval":
             if ctx.seed is None:
@@ -430,6 +440,10 @@ class LeRobotPolicy(Policy):
         new.policy = copy.copy(self.policy)  # its reset() rebinds its queues on the copy
         new._queues, new._ensemblers, new._history, new._noise = {}, {}, {}, {}
         return new
+
+    def torch_modules(self) -> Sequence[Any]:
+        self.ready()
+        return [self.policy]
 
     def reset(self, slots: Sequence[int], episodes: Sequence[EpisodeStart]) -> None:
         self.ready()
@@ -541,15 +555,17 @@ class LeRobotPolicy(Policy):
         return chunk[:, -n:] if ptype in TAIL else chunk[:, :n]
 
     def _act_history(self, batch: Mapping[str, Any], slots: Sequence[int]) -> Any:
-        """Diffusion's `select_action`, one history and one queue per slot.
+        """Diffusion's or Multi-Task DiT's `select_action`, one history and one queue per slot.
 
         Every row's observation enters its slot's history (the first one fills it, as LeRobot's
         `populate_queues` does); the rows whose queue ran dry get one batched sample, each
-        row's noise (the prior and every sampler step's) from its own episode's generator.
+        row's noise (the prior and every sampler step's) from its own episode's generator:
+        passed to Diffusion's sampler, drawn per row around Multi-Task DiT's (`RowNoise`), whose
+        prompt tokens are the current row's, as its `select_action` reads them.
         """
         import torch  # heavy, optional: torch (comes with lerobot)
 
-        cfg, model = self.cfg, self.policy.diffusion
+        cfg = self.cfg
         obs = self._inputs(batch, None)
         if cfg.image_features:
             obs[OBS_IMAGES] = torch.stack([obs[k] for k in cfg.image_features], dim=-4)
@@ -565,13 +581,21 @@ class LeRobotPolicy(Policy):
         if dry:
             stacked = {k: torch.stack([torch.stack(list(self._history[slots[i]][k])) for i in dry]) for k in keys}
             gens = [self._noise[slots[i]] for i in dry]
-            dtype = next(model.parameters()).dtype
-            shape = (1, cfg.horizon, cfg.action_feature.shape[0])
-            noise = torch.cat([torch.randn(shape, generator=g, dtype=dtype) for g in gens]).to(self.device)
-            cond = model._prepare_global_conditioning(stacked)
-            sample = model.conditional_sample(len(dry), global_cond=cond, generator=gens, noise=noise)
-            start = cfg.n_obs_steps - 1  # the chunk starts at the current observation (generate_actions)
-            chunk = sample[:, start : start + cfg.n_action_steps]
+            if cfg.type == "multi_task_dit":
+                from rollbench.policies.lerobot_noise import RowNoise  # heavy: lerobot_noise imports torch at its top
+
+                rest = {k: v[dry] for k, v in obs.items() if k not in keys and isinstance(v, torch.Tensor)}
+                with RowNoise(gens, cfg.type):
+                    chunk = self.policy._generate_actions({**rest, **stacked})
+            else:
+                model = self.policy.diffusion
+                dtype = next(model.parameters()).dtype
+                shape = (1, cfg.horizon, cfg.action_feature.shape[0])
+                noise = torch.cat([torch.randn(shape, generator=g, dtype=dtype) for g in gens]).to(self.device)
+                cond = model._prepare_global_conditioning(stacked)
+                sample = model.conditional_sample(len(dry), global_cond=cond, generator=gens, noise=noise)
+                start = cfg.n_obs_steps - 1  # the chunk starts at the current observation (generate_actions)
+                chunk = sample[:, start : start + cfg.n_action_steps]
             for row, i in enumerate(dry):
                 self._queues[slots[i]] = deque(chunk[row])
         return torch.stack([self._queues[s].popleft() for s in slots])

@@ -177,8 +177,10 @@ def preflight(ckpt: Path, gives: Mapping[str, Given], action_space: Any, benchma
 
 
 #: config.json fields that name a model repository (or a local directory) the policy reads
-#: when it is built: SmolVLA's backbone, GR00T's base model, X-VLA's tokenizer
-SOURCE_FIELDS = ("vlm_model_name", "base_model_path", "tokenizer_name")
+#: when it is built: SmolVLA's backbone, GR00T's base model, X-VLA's tokenizer, Multi-Task DiT's
+#: CLIP encoders, pi0-FAST's tokenizers, EO-1's processor, VLA-JEPA's Qwen3-VL
+SOURCE_FIELDS = ("vlm_model_name", "base_model_path", "tokenizer_name", "vision_encoder_name", "text_encoder_name",
+                 "text_tokenizer_name", "action_tokenizer_name", "vlm_base", "qwen_model_name")
 
 
 def processor_rows(ckpt: Path, cfg: Mapping[str, Any], options: Mapping[str, str], gives: Mapping[str, Given],
@@ -217,16 +219,15 @@ def processor_rows(ckpt: Path, cfg: Mapping[str, Any], options: Mapping[str, str
 
 
 def _tokenizer_step(ckpt: Path) -> dict[str, Any] | None:
-    """The config of the pre-processor's tokenizer step, if it has one."""
+    """The config of the pre-processor's tokenizer step, if it has one: the one that tokenizes
+    the prompt (pi0-FAST's first "tokenizer" step only writes it)."""
     try:
         steps = json.loads((ckpt / "policy_preprocessor.json").read_text()).get("steps") or []
     except (OSError, ValueError):
         return None
-    for step in steps:
-        if "tokenizer" in str(step.get("registry_name", "")):
-            config = step.get("config")
-            return config if isinstance(config, dict) else {}
-    return None
+    found = [step.get("config") for step in steps if "tokenizer" in str(step.get("registry_name", ""))]
+    configs = [config if isinstance(config, dict) else {} for config in found]
+    return next((config for config in configs if "tokenizer_name" in config), configs[0] if configs else None)
 
 
 def _source_row(key: str, name: str) -> Row:

@@ -1,9 +1,11 @@
 """Per-row noise for LeRobot policies that draw theirs from torch's global RNG and take no
-`noise=` argument (GR00T's flow-matching head, X-VLA's sampler).
+`noise=` argument (GR00T's flow-matching head, X-VLA's sampler, Multi-Task DiT's DDPM, EO-1's
+flow matching).
 
-Such a policy draws one batch-shaped `torch.randn(B, ...)` per chunk, so a row's actions
-depend on which rows share its call. `RowNoise` is a torch function mode around one
-`predict_action_chunk` call: it answers every `torch.randn` whose first dimension is the
+Such a policy draws one batch-shaped `torch.randn(B, ...)` (EO-1: `torch.normal(0.0, 1.0,
+size=(B, ...))`) per chunk, so a row's actions depend on which rows share its call. `RowNoise`
+is a torch function mode around one `predict_action_chunk` call: it answers every such
+`torch.randn` (or `torch.normal`) whose first dimension is the
 call's row count with one draw per row, each from that row's own generator (its episode's),
 and the rest of the call runs untouched. One row per call gives exactly what the policy's
 own draw gives after `torch.manual_seed` with that generator's seed: the same values, in the
@@ -41,7 +43,8 @@ def _size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, ...] | No
 
 
 class RowNoise(TorchFunctionMode):
-    """Inside: each `torch.randn` of `len(generators)` rows draws row i from `generators[i]`."""
+    """Inside: each `torch.randn` (or `torch.normal` of float mean and std) of `len(generators)`
+    rows draws row i from `generators[i]`."""
 
     def __init__(self, generators: Sequence[torch.Generator], policy_type: str) -> None:
         super().__init__()
@@ -58,6 +61,16 @@ class RowNoise(TorchFunctionMode):
                     self.draws += 1
                     dtype = kwargs.get("dtype")
                     rows = [torch.randn((1, *size[1:]), generator=g, dtype=dtype) for g in self.generators]
+                    device = kwargs.get("device")
+                    out = torch.cat(rows)
+                    return out if device is None else out.to(device)
+            if func is torch.normal and "size" in kwargs:  # normal(mean, std, size=...): EO-1's flow-matching noise
+                size = _size(args, kwargs)
+                mean, std = (args + (kwargs.get("mean", 0.0), kwargs.get("std", 1.0))[len(args):])[:2]
+                if size and size[0] == len(self.generators) and isinstance(mean, float) and isinstance(std, float):
+                    self.draws += 1
+                    rest = {k: v for k, v in kwargs.items() if k in ("dtype", "layout")}
+                    rows = [torch.normal(mean, std, size=(1, *size[1:]), generator=g, **rest) for g in self.generators]
                     device = kwargs.get("device")
                     out = torch.cat(rows)
                     return out if device is None else out.to(device)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import importlib
 import inspect
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,6 +34,19 @@ class ModulePolicy(Policy):
     def __copy__(self) -> ModulePolicy:
         """A shallow copy of the user's object too: shared weights, its own episode state."""
         return ModulePolicy(copy.copy(self.inner), self.name)
+
+    def torch_modules(self) -> Sequence[Any]:
+        """The object's own `torch_modules()`; else the object, if it is a torch module; else
+        the torch modules among its attributes."""
+        own = getattr(self.inner, "torch_modules", None)
+        if own is not None:
+            return list(own())
+        torch = sys.modules.get("torch")  # a policy without torch never imported it: nothing to watch
+        if torch is None:
+            return []
+        if isinstance(self.inner, torch.nn.Module):
+            return [self.inner]
+        return [v for v in getattr(self.inner, "__dict__", {}).values() if isinstance(v, torch.nn.Module)]
 
     def reset(self, slots: Sequence[int], episodes: Sequence[EpisodeStart]) -> None:
         reset = getattr(self.inner, "reset", None)

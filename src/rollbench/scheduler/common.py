@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -17,6 +19,7 @@ from rollbench.errors import ConfigError, EpisodesLost, PolicyError
 from rollbench.perturb import Perturber
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext, check_actions, make_policy
+from rollbench.policies.weights import FreshWeights, WeightWatch, torch_modules
 from rollbench.results.records import EpisodeRecord
 from rollbench.rollout import EpisodeTracker
 from rollbench.scheduler.shm import stack_any
@@ -81,6 +84,8 @@ class StepContext:
     counts: PolicyCalls = field(default_factory=PolicyCalls, compare=False)
     #: --eval.perturb: the condition of each slot's episode, where it is not the control
     perturbers: dict[int, Perturber] = field(default_factory=dict, compare=False)
+    #: id(policy) -> (a reference to it, the watch on its weights): `act` refuses a policy that changes them
+    watches: dict[int, tuple[Callable[[], Any], WeightWatch | None]] = field(default_factory=dict, compare=False)
 
     @cached_property
     def action_space(self) -> Any:
@@ -92,7 +97,28 @@ class StepContext:
             env.close()
 
     def make_policy(self) -> Policy:
-        return make_policy(PolicyContext(self.policy_config, self.benchmark, self.action_space, self.seed))
+        policy = make_policy(PolicyContext(self.policy_config, self.benchmark, self.action_space, self.seed))
+        return FreshWeights(policy) if self.policy_config.fresh_weights else policy
+
+    def _watch(self, policy: Policy) -> WeightWatch | None:
+        """The watch on `policy`'s weights, begun at its first call (None: it has no torch modules)."""
+        key = id(policy)
+        found = self.watches.get(key)
+        if found is not None and found[0]() is policy:
+            return found[1]
+        watch = WeightWatch(torch_modules(policy))
+        watches = self.watches
+
+        def forget(_: Any) -> None:
+            watches.pop(key, None)
+
+        ref: Callable[[], Any]
+        try:  # weakly held: a lockstep task's copy of the policy goes when its task ends
+            ref = weakref.ref(policy, forget)
+        except TypeError:  # a duck-typed policy with __slots__: held
+            ref = functools.partial(lambda p: p, policy)
+        self.watches[key] = (ref, watch if len(watch) else None)
+        return self.watches[key][1]
 
     def episode_start(self, unit: EpisodeUnit) -> EpisodeStart:
         dropped = bool(unit.condition) and bool(perturb.condition(unit.condition).get("language.drop"))
@@ -173,11 +199,25 @@ class StepContext:
             batch = self.policy_batch(obs, pre, features)
         batch["task"] = list(prompts)
         try:
+            watch = self._watch(policy)
             raw = policy.act(batch, slots)
         except (PolicyError, EpisodesLost, ConfigError):  # EpisodesLost: the scheduler runs those episodes again;
             raise  # ConfigError: a checkpoint that could not load (policies may load in the background)
         except Exception as err:  # the policy's own bug: name it, keep the cause for --debug
             raise PolicyError(f"policy {self.policy_name()} raised {type(err).__name__}: {err}") from err
+        changed = watch.changed() if watch is not None else 0
+        if changed and isinstance(policy, FreshWeights):  # its copies share the weights: deepcopy did not copy them
+            raise PolicyError(
+                f"policy {self.policy_name()} changed {changed} of its {len(watch or ())} parameter tensors of the policy "
+                f"as built, although --policy.fresh_weights=true acts with copies: its deepcopy shares its weights"
+            )
+        if changed:
+            raise PolicyError(
+                f"policy {self.policy_name()} changed {changed} of its {len(watch or ())} parameter tensors since its "
+                f"first call (it trains at test time): each episode's result would depend on the episodes before it, on "
+                f"its batch-mates and on the worker count; pass --policy.fresh_weights=true to give every episode its "
+                f"own copy of the weights"
+            )
         actions = check_actions(post(np.asarray(raw)), len(slots), self.action_space, self.policy_name())
         if perturbed:
             actions = actions.copy()  # the policy may keep what it returned (a chunk's queue)
