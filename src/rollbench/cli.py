@@ -52,6 +52,10 @@ COMMANDS = {
 }
 
 
+#: flags that may be given several times: their values are joined with ";"
+REPEATABLE = ("eval.perturb",)
+
+
 def parse_flags(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     """`--a.b=c`, `--a.b c` and bare `--flag` (true) -> ({"a.b": "c"}, positionals)."""
     flags: dict[str, str] = {}
@@ -67,7 +71,9 @@ def parse_flags(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
                     i += 1
                 else:
                     value = "true"
-            if key in flags:
+            if key in flags and key in REPEATABLE:
+                value = f"{flags[key]};{value}"
+            elif key in flags:
                 raise ConfigError(f"--{key} is given twice ({flags[key]!r} and {value!r})")
             flags[key] = value
         else:
@@ -348,6 +354,11 @@ def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
         return 0 if outcome.ok else 1
     info = outcome.info.to_json()
     print(table(info))
+    if "per_condition" in info:
+        from rollbench.report.sweep import lines  # lazy: a sweep (--eval.perturb) only
+
+        print("\nthe table above is the control; --eval.perturb's conditions on the same seeds:")
+        print("\n".join(lines(info["per_condition"])))
     print(f"\n{outcome.ran} episodes run {outcome.how}; {info['status']} results in {outcome.output_dir / 'eval_info.json'}")
     if "adaptive" in info:
         print(adaptive_line(info["adaptive"], len(info["per_task"]), info["per_task"]))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rollbench import perturb
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError, DiskFull, RollbenchError, RunInterrupted
 from rollbench.executors.base import Executor, Run
@@ -30,6 +31,7 @@ from rollbench.executors.shards import launched_child, write_shard_facts
 from rollbench.plan import EpisodeUnit, UnitKey, pending, plan_for
 from rollbench.progress import Progress
 from rollbench.rendering import check_user_backend
+from rollbench.report import sweep
 from rollbench.report import write_report as draw_report
 from rollbench.report.versus import precheck, versus_rule
 from rollbench.results import eval_info
@@ -53,6 +55,7 @@ from rollbench.results.log import DISK_FULL, EPISODES_DIR, EpisodeLog, LogTail, 
 from rollbench.results.merge import Merged, merge
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.store import prepare, sweep_partial_videos
+from rollbench.scheduler.common import StepContext
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +83,9 @@ def checked_plan(cfg: RunConfig) -> list[EpisodeUnit]:
     _check_recording_root(cfg)
     if cfg.eval.versus is not None:
         precheck(cfg)
+    if cfg.eval.perturb:  # an axis the benchmark has nothing for: refused before any episode
+        perturb.check_benchmark(perturb.parse(cfg.eval.perturb), cfg.env.features, cfg.env.type_name,
+                                StepContext(cfg.env, cfg.policy).action_space)
     return plan_for(cfg)
 
 
@@ -185,6 +191,8 @@ def close_run(
     stopped = None if rule is None else (rule, apply_stops(rule, merged))
     info = eval_info.build(merged, cfg, output_dir, how, command, took, stopped)
     counted = merged if stopped is None else stopped[1].merged
+    if len(cfg.eval.conditions) > 1:  # a sweep: each condition against the control
+        info.body["per_condition"] = sweep.per_condition(counted, cfg.eval.conditions, cfg.eval.n_episodes * max(1, len(cfg.seeds)))
     if cfg.eval.record_mode is not None and merge_dataset:
         finished = info.complete and info.body.get("adaptive", {}).get("tasks_running", 0) == 0
         info.body["dataset"] = _merge_dataset(output_dir, cfg, counted, finished)

@@ -28,6 +28,8 @@ class EpisodeUnit:
     #: --seeds: the episode's index within its seed's block (what a lerobot-eval run with that
     #: seed calls it: LIBERO's initial state); -1: the same as `episode_index`
     index_in_seed: int = -1
+    #: --eval.perturb: the condition's id (`perturb.Condition.id`; "" for the control)
+    condition: str = ""
 
     @property
     def env_index(self) -> int:
@@ -39,38 +41,40 @@ class EpisodeUnit:
         return (self.task_group, self.task_id, self.episode_index)
 
     def label(self) -> str:
-        return f"{self.task_group}/{self.task} episode {self.episode_index} (seed {self.seed})"
+        under = f" under {self.condition}" if self.condition else ""
+        return f"{self.task_group}/{self.task} episode {self.episode_index} (seed {self.seed}){under}"
 
 
 def make_plan(
     tasks: Mapping[str, Sequence[str]], n_episodes: int, seed: int, seeds: Sequence[int] = (),
+    conditions: Sequence[str] = ("",),
 ) -> list[EpisodeUnit]:
     """Every unit of the run, task by task, in episode order.
 
     With several `seeds` (--seeds), each task runs `n_episodes` per seed: episode
     j * n_episodes + i has seed seeds[j] + i and is episode i of its seed's block, so the
     block of seed s is exactly the episodes a one-seed run with --seed=s would give.
+    With several `conditions` (--eval.perturb; the control, "", first), each condition has
+    such a block of every task: condition c's episode b * n_episodes + i (b the seed block)
+    is episode c * blocks * n_episodes + b * n_episodes + i, with the control's seed and
+    episode index (`index_in_seed`), so it is the control's episode, perturbed.
     """
-    if len(seeds) > 1:
-        return [
-            EpisodeUnit(group, task_id, j * n_episodes + i, s + i, task, i)
-            for group, names in tasks.items()
-            for task_id, task in enumerate(names)
-            for j, s in enumerate(seeds)
-            for i in range(n_episodes)
-        ]
-    first = seeds[0] if seeds else seed
+    blocks = list(seeds) if len(seeds) > 1 else [seeds[0] if seeds else seed]
+    per_condition = len(blocks) * n_episodes
     return [
-        EpisodeUnit(group, task_id, i, first + i, task)
+        EpisodeUnit(group, task_id, c * per_condition + j * n_episodes + i, s + i, task,
+                    i if len(blocks) > 1 or c else -1, cid)
         for group, names in tasks.items()
         for task_id, task in enumerate(names)
+        for c, cid in enumerate(conditions)
+        for j, s in enumerate(blocks)
         for i in range(n_episodes)
     ]
 
 
 def plan_for(cfg: RunConfig) -> list[EpisodeUnit]:
     """The whole plan of the run `cfg` describes (every shard's units)."""
-    return make_plan(cfg.env.tasks(), cfg.eval.n_episodes, cfg.seed, cfg.seeds)
+    return make_plan(cfg.env.tasks(), cfg.eval.n_episodes, cfg.seed, cfg.seeds, cfg.eval.conditions)
 
 
 def shard(units: Iterable[EpisodeUnit], shard_id: int, num_shards: int) -> list[EpisodeUnit]:

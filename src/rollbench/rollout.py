@@ -192,7 +192,9 @@ class VideoPlan:
         return Fraction(self.fps, self.every)
 
     def wants(self, unit: EpisodeUnit) -> bool:
-        return unit.episode_index < self.max_episodes_rendered
+        """The first episodes of each task (of each --eval.perturb condition: its first
+        episodes of each seed block, those of the control's it perturbs)."""
+        return (unit.env_index if unit.condition else unit.episode_index) < self.max_episodes_rendered
 
     def films(self, n_steps: int, ended: bool) -> bool:
         """Is the state after step `n_steps` a frame? (The reset, n_steps = 0, always is.)"""

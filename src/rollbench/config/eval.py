@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from rollbench import perturb
 from rollbench.config.fields import opt
 from rollbench.errors import ConfigError
 
@@ -54,6 +55,12 @@ class EvalConfig:
         "auto",
         "continuous: slots reset into the next episode at once (needs per-slot policy state); "
         "lockstep: lerobot-eval's batches; auto: continuous when the policy allows it",
+    )
+    perturb: str = opt(
+        "",
+        "robustness sweep: AXIS=LEVEL[,LEVEL...], several axes joined by ';' or the flag repeated "
+        "(action.noise, action.latency, state.noise, language.drop); every task runs --eval.n_episodes under "
+        "the control and under each level, on the control's seeds (docs/robustness.md)",
     )
     max_parallel_tasks: int = opt(
         1, "lockstep mode: tasks run at once (threads), each with a shallow policy copy (shared weights)"
@@ -110,6 +117,14 @@ class EvalConfig:
                          self.recording_repo_id), ("--eval.recording_root", self.recording_root),
                          ("--eval.recording_private", self.recording_private)) if v)
             raise ConfigError(f"{given} belongs to a recorded run; add --eval.recording=true")
+        if self.perturb:
+            self.conditions  # noqa: B018 (parses: a bad axis or level is refused here)
+            if self.ci_width is not None or self.versus is not None:
+                raise ConfigError(f"--eval.perturb with {'--eval.ci_width' if self.ci_width is not None else '--eval.versus'}: "
+                                  f"adaptive stopping per condition is not built yet; run the sweep without it")
+            if self.recording:
+                raise ConfigError("--eval.perturb with --eval.recording: recording a sweep's perturbed episodes is not built "
+                                  "yet; record the control in a run of its own")
         if self.versus is not None and self.ci_width is not None:
             raise ConfigError("--eval.versus and --eval.ci_width are two stop rules; give one of them")
         if self.versus_design not in ("anytime", "fixed"):
@@ -150,6 +165,11 @@ class EvalConfig:
             raise ConfigError(f"--eval.max_retries={self.max_retries} is not allowed; it must be >= 0")
         if not self.step_timeout_s > 0:
             raise ConfigError(f"--eval.step_timeout_s={self.step_timeout_s} is not allowed; it must be > 0")
+
+    @property
+    def conditions(self) -> tuple[str, ...]:
+        """The ids of --eval.perturb's conditions, the control ("") first; ("",) without it."""
+        return tuple(c.id for c in perturb.parse(self.perturb))
 
     @property
     def record_mode(self) -> str | None:

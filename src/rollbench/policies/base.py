@@ -35,6 +35,9 @@ class EpisodeStart:
     description: str
     episode_index: int
     seed: int
+    #: --eval.perturb: the condition the episode runs under ("" for the control), which
+    #: rollbench applies itself; a policy has no need of it
+    condition: str = ""
 
 
 @dataclass(frozen=True)

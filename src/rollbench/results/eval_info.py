@@ -104,12 +104,34 @@ def build(
     """`stopping`: an adaptive run's stop rule and what it counts of `merged` (`adaptive.apply`)."""
     descriptions = {u.task: cfg.env.task_description(u.task) for u in merged.plan}
     if stopping is None:
-        body = summarize(merged, descriptions, root)
+        body = _control_body(merged, descriptions, root) if len(cfg.eval.conditions) > 1 else summarize(merged, descriptions, root)
     else:
         body = _adaptive_body(*stopping, merged, descriptions, root)
-    if len(cfg.seeds) > 1:  # of what counts: an adaptive run's prefixes
-        seed_results(body, merged if stopping is None else stopping[1].merged, cfg.seeds, cfg.eval.n_episodes)
+    if len(cfg.seeds) > 1:  # of what counts: an adaptive run's prefixes; a sweep's control
+        counted = merged if stopping is None else stopping[1].merged
+        seed_results(body, control_only(counted) if len(cfg.eval.conditions) > 1 else counted, cfg.seeds, cfg.eval.n_episodes)
     return EvalInfo(body, cfg.to_dict(), versions(cfg), how, command, this_run_s)
+
+
+def control_only(merged: Merged) -> Merged:
+    """A sweep's control: its units and their records (--eval.perturb's conditions left out)."""
+    plan = [u for u in merged.plan if not u.condition]
+    keys = {u.key for u in plan}
+    return Merged(plan, {k: r for k, r in merged.records.items() if k in keys}, merged.duplicates,
+                  [(a, b) for a, b in merged.conflicts if a.key in keys])
+
+
+def _control_body(merged: Merged, descriptions: dict[str, str], root: Path) -> dict[str, Any]:
+    """A sweep's body: LeRobot's keys (per_task, per_group, overall) are the control's, as a
+    run without --eval.perturb gives them; whether the run is complete, what is missing and
+    how long it took are the whole run's (report/sweep.py adds each condition's results)."""
+    body = summarize(control_only(merged), descriptions, root)
+    whole = summarize(merged, descriptions, root)
+    for key in ("status", "n_planned", "missing_units", "duplicates_ignored", "conflicts"):
+        body[key] = whole[key]
+    for key in ("eval_s", "eval_ep_s"):
+        body["overall"][key] = whole["overall"][key]
+    return body
 
 
 def _adaptive_body(

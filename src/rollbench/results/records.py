@@ -34,6 +34,7 @@ class EpisodeRecord:
     finished_at: float = 0.0  # unix time the episode ended
     video_path: str | None = None  # relative to the output dir
     writer: str = ""  # the log file (process) that wrote it; filled in on read
+    condition: str = ""  # --eval.perturb: the unit's condition ("" for the control)
     #: --eval.recording: the episode's frames on their way to the dataset (never in the log)
     frames: Any = field(default=None, compare=False, repr=False)
 
@@ -45,6 +46,7 @@ class EpisodeRecord:
             task=unit.task,
             episode_index=unit.episode_index,
             seed=unit.seed,
+            condition=unit.condition,
             **kwargs,
         )
 
@@ -71,6 +73,8 @@ class EpisodeRecord:
         data = asdict(replace(self, frames=None))
         data.pop("writer")
         data.pop("frames")
+        if not self.condition:  # a run without --eval.perturb logs what it always did
+            data.pop("condition")
         data["sum_reward"] = _finite(self.sum_reward)
         data["max_reward"] = _finite(self.max_reward)
         data["v"] = SCHEMA_VERSION

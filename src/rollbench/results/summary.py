@@ -145,7 +145,8 @@ def summarize(merged: Merged, descriptions: dict[str, str] | None = None, root: 
         "overall": overall,
         "n_planned": len(merged.plan),
         "missing_units": [
-            {"task_group": u.task_group, "task_id": u.task_id, "task": u.task, "episode_index": u.episode_index}
+            {"task_group": u.task_group, "task_id": u.task_id, "task": u.task, "episode_index": u.episode_index,
+             **({"condition": u.condition} if u.condition else {})}
             for u in merged.missing
         ],
         "duplicates_ignored": merged.duplicates,

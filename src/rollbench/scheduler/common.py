@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from rollbench import timeline
+from rollbench import perturb, timeline
 from rollbench.config.env import BenchmarkConfig
 from rollbench.config.policy import PolicyConfig
 from rollbench.errors import ConfigError, EpisodesLost, PolicyError
+from rollbench.perturb import Perturber
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext, check_actions, make_policy
 from rollbench.policies.weights import FreshWeights, WeightWatch, torch_modules
@@ -81,6 +82,8 @@ class StepContext:
     seed: int | None = None  # the run's --seed, for policies seeded as lerobot-eval seeds them
     #: the calls `act` made in this process (a worker's reach the driver in its reports)
     counts: PolicyCalls = field(default_factory=PolicyCalls, compare=False)
+    #: --eval.perturb: the condition of each slot's episode, where it is not the control
+    perturbers: dict[int, Perturber] = field(default_factory=dict, compare=False)
     #: id(policy) -> (a reference to it, the watch on its weights): `act` refuses a policy that changes them
     watches: dict[int, tuple[Callable[[], Any], WeightWatch | None]] = field(default_factory=dict, compare=False)
 
@@ -118,12 +121,14 @@ class StepContext:
         return self.watches[key][1]
 
     def episode_start(self, unit: EpisodeUnit) -> EpisodeStart:
+        dropped = bool(unit.condition) and bool(perturb.condition(unit.condition).get("language.drop"))
         return EpisodeStart(
             task_group=unit.task_group,
             task=unit.task,
-            description=self.benchmark.task_description(unit.task),
+            description="" if dropped else self.benchmark.task_description(unit.task),
             episode_index=unit.env_index,
             seed=unit.seed,
+            condition=unit.condition,
         )
 
     def policy_name(self) -> str:
@@ -144,7 +149,13 @@ class StepContext:
         return found if found is not None else self.processors
 
     def reset(self, policy: Policy, slots: Sequence[int], starts: Sequence[EpisodeStart]) -> None:
-        """`policy.reset`, its errors named as `act`'s are: a PolicyError that stops the run."""
+        """`policy.reset`, its errors named as `act`'s are: a PolicyError that stops the run.
+        Each slot's condition (--eval.perturb) starts over with its episode."""
+        for slot, start in zip(slots, starts, strict=True):
+            if start.condition:
+                self.perturbers[slot] = self._perturber(start)
+            else:
+                self.perturbers.pop(slot, None)
         try:
             policy.reset(list(slots), list(starts))
         except (PolicyError, EpisodesLost, ConfigError):
@@ -152,11 +163,20 @@ class StepContext:
         except Exception as err:  # the policy's own bug: name it, keep the cause for --debug
             raise PolicyError(f"policy {self.policy_name()} raised {type(err).__name__} in reset: {err}") from err
 
-    def policy_batch(self, obs: Any, pre: Any) -> dict[str, Any]:
+    def _perturber(self, start: EpisodeStart) -> Perturber:
+        space = self.action_space
+        box = hasattr(space, "low") and hasattr(space, "high")
+        cond = perturb.condition(start.condition)
+        if cond.get("action.noise") and not box:
+            raise ConfigError(f"--eval.perturb: action.noise adds Gaussian noise to continuous actions; the actions of "
+                              f"--env.type={self.benchmark.type_name} are {space}")
+        return Perturber(cond, start.seed, (space.low, space.high) if box else None)
+
+    def policy_batch(self, obs: Any, pre: Any, features: dict[str, Any] | None = None) -> dict[str, Any]:
         """Observations (as the env returned them, batched) as a policy sees them: LeRobot
-        keys, the env pre-processor `pre` applied, `--rename_map`'s keys (`rollbench check`
-        shows a checkpoint this batch)."""
-        batch: dict[str, Any] = pre(self.benchmark.to_features(obs))
+        keys (`features`, when already made), the env pre-processor `pre` applied,
+        `--rename_map`'s keys (`rollbench check` shows a checkpoint this batch)."""
+        batch: dict[str, Any] = pre(self.benchmark.to_features(obs) if features is None else features)
         renames = self.renames
         if renames:  # --rename_map: the keys the policy was trained on
             batch = {renames.get(k, k): v for k, v in batch.items()}
@@ -165,7 +185,18 @@ class StepContext:
     def act(self, policy: Policy, obs: Any, slots: Sequence[int], prompts: Sequence[str]) -> np.ndarray:
         """Observations (as the env returned them, batched) -> validated env actions."""
         pre, post = self.processors_for(policy)  # built once: this runs every step
-        batch = self.policy_batch(obs, pre)
+        features = self.benchmark.to_features(obs)
+        perturbed = [(i, self.perturbers[s]) for i, s in enumerate(slots) if s in self.perturbers] if self.perturbers else []
+        if perturbed:  # rows under a condition see what it makes of their observation
+            seen = {k: np.array(v, copy=True) for k, v in features.items()}
+            prompts = list(prompts)
+            for i, p in perturbed:
+                for key, value in p.inputs(take_row(features, i)).items():
+                    seen[key][i] = value
+                prompts[i] = p.prompt(prompts[i])
+            batch = self.policy_batch(obs, pre, seen)
+        else:
+            batch = self.policy_batch(obs, pre, features)
         batch["task"] = list(prompts)
         try:
             watch = self._watch(policy)
@@ -188,6 +219,11 @@ class StepContext:
                 f"own copy of the weights"
             )
         actions = check_actions(post(np.asarray(raw)), len(slots), self.action_space, self.policy_name())
+        if perturbed:
+            actions = actions.copy()  # the policy may keep what it returned (a chunk's queue)
+        for i, p in perturbed:  # the call stands: each row's step under its condition is taken
+            actions[i] = p.outputs(actions[i])
+            p.advance(take_row(features, i))
         self.counts.add(1, len(slots))
         timeline.mark("first_env_step")  # every mode steps its envs with these next
         return actions

@@ -1,0 +1,130 @@
+"""Robustness sweeps (--eval.perturb): every condition is the control's episodes perturbed, in
+one run whose results do not depend on workers, placement, mode, or a kill and a resume;
+the control keeps LeRobot's keys; bad input is one line before any episode."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import load_info, per_episode, run_subprocess
+from rollbench.cli import config_from_flags
+from rollbench.plan import plan_for
+from rollbench.policies.base import Policy
+from rollbench.results.log import read_records
+from rollbench.scheduler.common import StepContext
+from test_resume import start_and_stop
+
+SWEEP = ("--eval.perturb=action.noise=0,0.3,1.5;action.latency=2", "--eval.perturb=state.noise=0.4",
+         "--eval.perturb=language.drop=1")
+CONDITIONS = ["", "action.noise=0.3", "action.noise=1.5", "action.latency=2", "state.noise=0.4", "language.drop=1"]
+BASE = ("eval", "--env.type=fake", "--policy.type=expert", "--eval.n_episodes=4", *SWEEP)
+
+
+def every_episode(out: Path) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    """Every logged episode, control and conditions: key -> (condition, outcome)."""
+    return {r.key: (r.condition, *r.outcome()) for r in read_records(out)}
+
+
+def test_a_sweep_runs_every_condition_on_the_control_s_episodes_whatever_runs_it(tmp_path: Path) -> None:
+    ways = {
+        "worker": ("--workers=1",),
+        "driver": ("--workers=2", "--policy.placement=driver"),
+        "lockstep": ("--eval.mode=lockstep", "--eval.batch_size=3"),
+        "in_process": ("--eval.mode=lockstep", "--eval.isolation=none", "--eval.batch_size=5"),
+    }
+    got = {}
+    for name, flags in ways.items():
+        out = tmp_path / name
+        res = run_subprocess(*BASE, *flags, f"--output_dir={out}", timeout=300)
+        assert res.rc == 0, (name, res.err)
+        got[name] = every_episode(out)
+    first = got["worker"]
+    assert len(first) == 3 * 4 * len(CONDITIONS)
+    for name, episodes in got.items():
+        assert episodes == first, name
+    info = load_info(tmp_path / "worker")
+    # LeRobot's keys are the control's: the same as a run without the sweep
+    plain = tmp_path / "plain"
+    assert run_subprocess(*BASE[:4], "--workers=1", f"--output_dir={plain}").rc == 0
+    assert per_episode(tmp_path / "worker") == per_episode(plain)
+    assert info["overall"] == {**load_info(plain)["overall"], "eval_s": info["overall"]["eval_s"],
+                               "eval_ep_s": info["overall"]["eval_ep_s"]}
+    assert info["n_planned"] == len(first) and info["status"] == "complete"
+    conds = info["per_condition"]
+    assert [c["condition"] for c in conds] == CONDITIONS
+    # the conditions ran on the control's seeds, and the perturbations are real: the big
+    # action noise and the latency cost the expert episodes; what the expert ignores (the
+    # instruction) costs nothing, pair by pair
+    seeds = {c: sorted(s for (cond, _, _, _, _, _, s) in first.values() if cond == c) for c in CONDITIONS}
+    assert all(seeds[c] == seeds[""] for c in CONDITIONS)
+    by = {c["condition"]: c for c in conds}
+    assert by["action.noise=1.5"]["vs_control"]["difference_pc"] < 0
+    assert by["action.latency=2"]["vs_control"]["difference_pc"] < 0
+    drop = by["language.drop=1"]["vs_control"]
+    assert drop["only_control"] == drop["only_condition"] == 0 and drop["n_pairs"] == 12
+    assert all(0 <= c["vs_control"]["p_holm"] <= 1 for c in conds[1:])
+    assert conds[0]["n_success"] == info["overall"]["n_success"]
+    for c in conds[1:]:  # sum rewards differ from the control's where the axis touches the episode
+        mine = sorted(r[3] for r in first.values() if r[0] == c["condition"])
+        control = sorted(r[3] for r in first.values() if r[0] == "")
+        assert (mine == control) == (c["condition"] == "language.drop=1"), c["condition"]
+
+
+def test_a_killed_sweep_resumes_to_the_unkilled_results(tmp_path: Path) -> None:
+    slow = (*BASE, "--env.step_sleep_s=0.01", "--workers=1")
+    whole = tmp_path / "whole"
+    assert run_subprocess(*slow, f"--output_dir={whole}", timeout=300).rc == 0
+    killed = tmp_path / "killed"
+    rc, _, logged = start_and_stop(slow, killed, signal.SIGKILL, after_lines=20)
+    assert rc == -signal.SIGKILL and logged < 72
+    res = run_subprocess(*slow, f"--output_dir={killed}", timeout=300)
+    assert res.rc == 0, res.err
+    assert every_episode(killed) == every_episode(whole)
+    a, b = load_info(killed), load_info(whole)
+    assert a["per_condition"] == b["per_condition"]
+
+
+def test_a_delay_of_k_steps_feeds_the_policy_the_observation_of_k_steps_before() -> None:
+    cfg = config_from_flags({"env.type": "fake", "policy.type": "expert", "eval.n_episodes": "1",
+                             "eval.perturb": "action.latency=3", "output_dir": "/nonexistent"})
+    ctx = StepContext(cfg.env, cfg.policy, cfg.seed)
+    seen: list[float] = []
+
+    class Echo(Policy):
+        def act(self, batch, slots):
+            seen.append(float(batch["observation.state"][0][0]))
+            return np.zeros((len(slots), 2))
+
+    unit = next(u for u in plan_for(cfg) if u.condition == "action.latency=3")
+    ctx.reset(Echo(), [0], [ctx.episode_start(unit)])
+    for t in range(8):
+        ctx.act(Echo(), {"agent_pos": np.array([[float(t), 0.0]]), "environment_state": np.zeros((1, 4))}, [0], ["x"])
+    assert seen == [0, 0, 0, 0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("flag,words", [
+    ("--eval.perturb=action.nois=0.1", "--eval.perturb: unknown axis 'action.nois'. Did you mean 'action.noise'?"),
+    ("--eval.perturb=action.noise=-1", "level -1 of action.noise is out of range; action.noise takes numbers from 0 to 100"),
+    ("--eval.perturb=action.latency=1.5", "level 1.5 of action.latency is not a whole number of steps"),
+    ("--eval.perturb=language.drop=2", "language.drop takes 0 or 1"),
+    ("--eval.perturb=action.noise", "expected AXIS=LEVEL[,LEVEL...]"),
+])
+def test_bad_sweeps_are_one_line_before_any_episode(tmp_path: Path, flag: str, words: str) -> None:
+    res = run_subprocess("eval", "--env.type=fake", "--policy.type=expert", flag, f"--output_dir={tmp_path / 'o'}", timeout=60)
+    assert res.rc == 2, res.err
+    assert res.err.strip().splitlines() == [res.err.strip()], res.err
+    assert words in res.err
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_axis_the_benchmark_cannot_take_is_refused_before_any_episode(tmp_path: Path) -> None:
+    res = run_subprocess("eval", "--env.type=gym", "--env.task=CartPole-v1", "--policy.type=random",
+                         "--eval.perturb=action.noise=0.2", f"--output_dir={tmp_path / 'o'}", timeout=60)
+    assert res.rc == 2, res.err
+    assert "action.noise adds Gaussian noise to continuous actions" in res.err and "Discrete(2)" in res.err
+    assert not (tmp_path / "o").exists()
