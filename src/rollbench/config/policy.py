@@ -21,6 +21,10 @@ class PolicyConfig:
         None, "lerobot, hub id: the commit the revision resolved to; rollbench fills it in and records it "
         "(part of a run's identity), a resume or shard finds the checkpoint by it"
     )
+    lerobot_type: str | None = opt(
+        None, "lerobot: the policy type the checkpoint must have (its config.json's `type`); "
+        "--policy.type=<a LeRobot or plugin type> with --policy.path sets it, as lerobot-eval reads that flag"
+    )
     device: str = opt("cpu", "device for torch policies: cpu, cuda, cuda:N, mps")
     use_amp: bool = opt(False, "run torch policies under autocast")
     placement: Literal["auto", "worker", "driver"] = opt(
@@ -55,6 +59,9 @@ class PolicyConfig:
             raise ConfigError(f"--policy.max_batch_size={self.max_batch_size} is not allowed; it must be >= 1")
         if self.seeding != "episode" and self.type != "lerobot":
             raise ConfigError(f"--policy.seeding={self.seeding} is for LeRobot checkpoints (--policy.type=lerobot), "
+                              f"not --policy.type={self.type}")
+        if self.lerobot_type and self.type != "lerobot":
+            raise ConfigError(f"--policy.lerobot_type={self.lerobot_type} is for LeRobot checkpoints (--policy.type=lerobot), "
                               f"not --policy.type={self.type}")
         self.renames()  # checked before anything runs
 

@@ -36,13 +36,19 @@ EXECUTION_KEYS = ("scheduling", "launch", "tune", "merged_from", "startup", "pol
 
 
 def versions(cfg: RunConfig) -> dict[str, str]:
-    return {
+    out = {
         "rollbench": __version__,
         "python": platform.python_version(),
         "numpy": numpy.__version__,
         "gymnasium": gymnasium.__version__,
         **cfg.env.package_versions(),
     }
+    if cfg.policy.type == "lerobot":
+        # lazy: LeRobot and the policy plugins it imported, and what they replaced in LeRobot
+        from rollbench.policies.lerobot_plugins import lerobot_versions
+
+        out.update(lerobot_versions())
+    return out
 
 
 @dataclass(frozen=True)
