@@ -6,6 +6,7 @@ line. Runs rollbench in subprocesses: a plugin imported into pytest's process wo
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -108,5 +109,37 @@ def test_without_its_plugin_a_checkpoint_is_unknown_in_one_line(cli, plugins: di
     """In this process, where no plugin is installed."""
     res = cli("eval", *RUN, f"--policy.path={plugins['action']}", f"--output_dir={tmp_path / 'run'}")
     assert res.rc == 2, res.err[-3000:]
-    assert "policy type 'tiny' is unknown to the installed lerobot" in res.err and "plugins (none)" in res.err
-    assert "Known: act, diffusion" in res.err
+    assert "policy type 'tiny' is unknown to the installed lerobot" in res.err and "lerobot_policy_tiny" not in res.err
+    assert "Known: act," in res.err
+
+
+# -- a plugin from PyPI: lerobot-policy-act-ttt (ACT with test-time training) ------------------
+
+_ACT_TTT = """
+import sys
+from pathlib import Path
+from lerobot.utils.import_utils import register_third_party_plugins
+from lerobot_helpers import make_checkpoint
+from rollbench.benchmarks.pusht import PushTConfig
+register_third_party_plugins()
+make_checkpoint(Path(sys.argv[1]), PushTConfig(), policy_type="act_ttt", chunk_size=10, n_action_steps=10, dim_model=32,
+                n_heads=2, dim_feedforward=64, n_encoder_layers=1, n_decoder_layers=1, n_vae_encoder_layers=1,
+                latent_dim=8, pretrained_backbone_weights=None, ttt_steps=1, ttt_ss_head_latent_dim=16)
+"""
+
+
+@pytest.mark.slow
+def test_act_ttt_from_pypi_runs_by_its_type(tmp_path: Path) -> None:
+    """A published plugin that builds offline (random init, no pretrained backbone) and acts: a
+    checkpoint saved as lerobot-train saves it, evaluated by `--policy.type=act_ttt`. Its
+    `predict_action_chunk` trains the model on each observation before it acts, so its episodes
+    depend on what it saw before: no comparison across batch sizes."""
+    if importlib.util.find_spec("lerobot_policy_act_ttt") is None:  # not imported here: a plugin stays where imported
+        pytest.skip("lerobot-policy-act-ttt is not installed (the Makefile's install-dev installs it on Python 3.12)")
+    ckpt, out = tmp_path / "ckpt", tmp_path / "run"
+    subprocess.run([sys.executable, "-c", _ACT_TTT, str(ckpt)], env=with_path(), check=True, timeout=300)
+    res = run_subprocess("eval", "--env.type=pusht", "--env.episode_length=5", "--eval.n_episodes=2", f"--seed={SEED}",
+                         "--policy.type=act_ttt", f"--policy.path={ckpt}", f"--output_dir={out}")
+    assert res.rc == 0, res.err[-3000:]
+    info = load_info(out)
+    assert info["versions"]["lerobot_policy_act_ttt"] == "0.1.2" and info["overall"]["n_episodes"] == 2
