@@ -23,7 +23,7 @@ class PolicyConfig:
     )
     lerobot_type: str | None = opt(
         None, "lerobot: the policy type the checkpoint must have (its config.json's `type`); "
-        "--policy.type=<a LeRobot or plugin type> with --policy.path sets it, as lerobot-eval reads that flag"
+        "--policy.type=act (a LeRobot or plugin type) with --policy.path=DIR sets it to act"
     )
     device: str = opt("cpu", "device for torch policies: cpu, cuda, cuda:N, mps")
     use_amp: bool = opt(False, "run torch policies under autocast")
