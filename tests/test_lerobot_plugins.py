@@ -1,5 +1,5 @@
 """Third-party LeRobot policy plugins (`lerobot_policy_*` distributions): a tiny plugin built
-here is found as LeRobot finds it, in the driver and in every env worker, evaluated through
+here is found as LeRobot finds it, evaluated through
 `--policy.type=<its type> --policy.path=DIR` equal to lerobot-eval, recorded with a plugin that
 patches LeRobot on import; one whose `select_action` differs from LeRobot's is refused in one
 line. Runs rollbench in subprocesses: a plugin imported into pytest's process would stay there."""
@@ -41,8 +41,8 @@ def _path(*folders: Path) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_a_plugin_checkpoint_runs_by_its_type_in_two_workers_equal_to_lerobot_eval(plugins: dict[str, Path], tmp_path: Path) -> None:
-    """`--policy.type=tiny --policy.path=DIR` in lockstep with 2 env workers (each loads the policy's
-    config from the plugin it imports itself); every episode equals lerobot-eval's on the same
+    """`--policy.type=tiny --policy.path=DIR` in lockstep with 2 env workers (PushT rendered in
+    their processes, the policy in the driver's); every episode equals lerobot-eval's on the same
     checkpoint with the same plugins installed; the plugins, and the entry point one of them
     replaced, are in eval_info.json's versions."""
     out = tmp_path / "run"

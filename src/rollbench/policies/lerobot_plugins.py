@@ -4,8 +4,9 @@ LeRobot (0.4.3 and later) imports every distribution whose name starts with
 `lerobot_policy_` before it parses its flags (`register_third_party_plugins`); the import
 registers the plugin's config class (`@PreTrainedConfig.register_subclass("x")`), and the
 policy class and processors are then found by name (`XPolicy` in the sibling `modeling_x`).
-rollbench imports them the same way, once per process that loads a policy: the driver and
-every env worker (forkserver and spawn children import nothing from their parent).
+rollbench imports them the same way, once in every process that builds the LeRobot adapter
+(the driver, a shard, a tune probe, a Ray actor, an env worker holding the policy: forkserver
+and spawn children import nothing from their parent).
 
 A plugin may also change LeRobot itself when it is imported (`lerobot-policy-proprio`
 replaces `lerobot.policies.factory.get_policy_class`): the entry points in `WATCHED` are
