@@ -72,7 +72,7 @@ REFUSALS = [
     ("extra", [], 1, ["'tiny' policy's select_action asked for input 'observation.reward'", "observation.state"]),
     ("action", ["--policy.type=act"], 2, ["--policy.type=act: the checkpoint", "is a 'tiny' policy", "give --policy.type=tiny"]),
     ("action", ["--policy.type=tinny"], 2,
-     ["no policy type named 'tinny'. Did you mean 'tiny'? Known: expert", "plugins' (with --policy.path): act, diffusion"]),
+     ["no policy type named 'tinny'. Did you mean 'tiny'? Known: expert", "plugins' (with --policy.path): act,", ", tiny,"]),
 ]
 
 #: rollbench's CLI called once per argv in one process (LeRobot is imported once, not per refusal)
