@@ -173,8 +173,8 @@ def defer_policies_init() -> None:
         loader = spec.loader
 
         def complete(name: str) -> Any:
-            if name.startswith("__"):  # probes (__wrapped__, __file__ of a namespace) do not complete it
-                raise AttributeError(name)
+            if name.startswith("__") and name != "__all__":  # probes (__wrapped__, __file__ of a namespace) do
+                raise AttributeError(name)  # not complete it; `__all__`, what a reader of the whole package reads, does
             with _deferred:
                 if module.__dict__.get("__getattr__") is complete:
                     del module.__dict__["__getattr__"]

@@ -9,9 +9,9 @@ rollbench imports them the same way, once in every process that builds the LeRob
 and spawn children import nothing from their parent).
 
 A plugin may also change LeRobot itself when it is imported (`lerobot-policy-proprio`
-replaces `lerobot.policies.factory.get_policy_class`): the entry points in `WATCHED` are
-compared before and after each plugin's import, and what changed is recorded with the
-plugins in `eval_info.json`'s `versions`.
+replaces `lerobot.policies.factory.get_policy_class`): after each plugin's import, an entry
+point of `WATCHED` whose code is no longer LeRobot's is recorded with the plugins in
+`eval_info.json`'s `versions`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import os
+import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -72,20 +74,25 @@ def plugin_distributions() -> dict[str, str]:
     return found
 
 
-def _current(point: str) -> Any:
-    module_name, _, path = point.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError:
-        return None
-    *owners, name = path.split(".")
-    for owner in owners:
-        obj = getattr(obj, owner, None)
-    return vars(obj).get(name) if isinstance(obj, type) else getattr(obj, name, None)
+def _replaced() -> set[str]:
+    """The watched entry points, in the modules imported so far, whose code is not LeRobot's own
+    (a wrapper made with `functools.wraps` keeps LeRobot's name, not its code). Modules are not
+    imported here: importing `lerobot.policies.factory` would import every policy type."""
+    import lerobot  # optional: lerobot
 
-
-def _snapshot() -> dict[str, Any]:
-    return {point: _current(point) for point in WATCHED}
+    home = os.path.dirname(os.path.abspath(lerobot.__file__)) + os.sep
+    out = set()
+    for point in WATCHED:
+        module_name, _, path = point.partition(":")
+        obj: Any = sys.modules.get(module_name)
+        *owners, name = path.split(".")
+        for owner in owners:
+            obj = getattr(obj, owner, None)
+        value = vars(obj).get(name) if isinstance(obj, type) else getattr(obj, name, None)
+        code = getattr(getattr(value, "__func__", value), "__code__", None)
+        if code is not None and not os.path.abspath(code.co_filename).startswith(home):
+            out.add(point)
+    return out
 
 
 @functools.cache
@@ -95,8 +102,11 @@ def discover() -> Plugins:
     dists = plugin_distributions()
     if not dists:
         return Plugins()
+    from rollbench.policies.lerobot import defer_policies_init  # lazy: the adapter's module imports this one
+
+    defer_policies_init()  # a plugin that imports one policy type's modules does not import them all
     plugins = Plugins()
-    before = _snapshot()
+    seen = _replaced()
     for module, version in sorted(dists.items()):
         try:
             importlib.import_module(module)
@@ -105,12 +115,10 @@ def discover() -> Plugins:
             log.warning("LeRobot policy plugin %s failed to import (%s)", module, plugins.failed[module])
             continue
         plugins.imported[module] = version
-        after = _snapshot()
-        for point, obj in after.items():
-            if obj is not before[point] and before[point] is not None:
-                plugins.patched[point] = module
-                log.warning("LeRobot policy plugin %s replaced LeRobot's %s on import", module, point.replace(":", "."))
-        before = after
+        for point in sorted(_replaced() - seen):
+            plugins.patched[point] = module
+            log.warning("LeRobot policy plugin %s replaced LeRobot's %s on import", module, point.replace(":", "."))
+        seen |= set(plugins.patched)
     return plugins
 
 
