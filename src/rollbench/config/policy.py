@@ -21,6 +21,10 @@ class PolicyConfig:
         None, "lerobot, hub id: the commit the revision resolved to; rollbench fills it in and records it "
         "(part of a run's identity), a resume or shard finds the checkpoint by it"
     )
+    lerobot_type: str | None = opt(
+        None, "lerobot: the policy type the checkpoint must have (its config.json's `type`); "
+        "--policy.type=act (a LeRobot or plugin type) with --policy.path=DIR sets it to act"
+    )
     device: str = opt("cpu", "device for torch policies: cpu, cuda, cuda:N, mps")
     use_amp: bool = opt(False, "run torch policies under autocast")
     placement: Literal["auto", "worker", "driver"] = opt(
@@ -69,6 +73,9 @@ class PolicyConfig:
         if self.fresh_weights and self.type == "remote":
             raise ConfigError("--policy.fresh_weights=true copies the policy's weights, which a --policy.type=remote "
                               "policy keeps in its server; give each episode fresh weights there")
+        if self.lerobot_type and self.type != "lerobot":
+            raise ConfigError(f"--policy.lerobot_type={self.lerobot_type} is for LeRobot checkpoints (--policy.type=lerobot), "
+                              f"not --policy.type={self.type}")
         self.renames()  # checked before anything runs
 
     def renames(self) -> dict[str, str]:

@@ -115,8 +115,9 @@ class RunConfig:
         for key in (*SECRET_OPTIONS, *TRANSPORT_OPTIONS):
             options.pop(key, None)
         policy["options"] = options
-        # where and how many per call, not what; a hub revision is what its commit is
-        for key in ("placement", "max_batch_size", "revision"):
+        # where and how many per call, not what; a hub revision is what its commit is; a LeRobot
+        # type named on the command line is checked against the checkpoint, which it then is
+        for key in ("placement", "max_batch_size", "revision", "lerobot_type"):
             policy.pop(key, None)
         if not policy.get("fresh_weights"):  # off: as runs logged before the flag existed say it
             policy.pop("fresh_weights", None)

@@ -41,6 +41,7 @@ from rollbench.lerobot_line import before_0_5
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext
 from rollbench.policies.checkpoint import REQUIRED_FILES, checkpoint_dir
 from rollbench.policies.lerobot_check import declared, preflight, summary
+from rollbench.policies.lerobot_plugins import check_action, discover, lerobot_types, plugin_distributions
 from rollbench.policies.lerobot_xvla import env_pipelines, model_action_dim, policy_view, require_libero
 
 log = logging.getLogger(__name__)
@@ -181,8 +182,8 @@ def defer_policies_init() -> None:
         loader = spec.loader
 
         def complete(name: str) -> Any:
-            if name.startswith("__"):  # probes (__wrapped__, __file__ of a namespace) do not complete it
-                raise AttributeError(name)
+            if name.startswith("__") and name != "__all__":  # probes (__wrapped__, __file__ of a namespace) do
+                raise AttributeError(name)  # not complete it; `__all__`, what a reader of the whole package reads, does
             with _deferred:
                 if module.__dict__.get("__getattr__") is complete:
                     del module.__dict__["__getattr__"]
@@ -200,7 +201,9 @@ def defer_policies_init() -> None:
 
 
 def import_config_class(ptype: Any) -> None:
-    """Register the config class of `ptype` with LeRobot (only its module for LIGHT types)."""
+    """Register the config class of `ptype` with LeRobot (only its module for LIGHT types),
+    after the installed policy plugins, as lerobot-eval imports them first."""
+    discover()
     if ptype in LIGHT:
         defer_policies_init()
         importlib.import_module(f"{_POLICIES}.{ptype}.configuration_{ptype}")
@@ -210,22 +213,34 @@ def import_config_class(ptype: Any) -> None:
     getattr(policies, "__all__", None)  # a deferred package runs its __init__ now
 
 
+def check_type(ckpt: Path, raw: Mapping[str, Any], expected: str | None) -> None:
+    """The checkpoint's type is one LeRobot (or an installed plugin) knows, and the one
+    `--policy.type=<a LeRobot type>` named, if it named one."""
+    ptype = raw.get("type")
+    if expected and ptype != expected:
+        raise ConfigError(f"--policy.type={expected}: the checkpoint --policy.path={ckpt} is a {ptype!r} policy "
+                          f"(its config.json); give --policy.type={ptype}, or leave --policy.type out")
+    from lerobot.configs.policies import PreTrainedConfig  # optional: lerobot
+
+    if ptype in PreTrainedConfig.get_known_choices():
+        return
+    known = lerobot_types()
+    if ptype in known:
+        return
+    plugins = ", ".join(f"{m} {v}" for m, v in sorted(plugin_distributions().items())) or "none"
+    raise ConfigError(
+        f"--policy.path={ckpt}: policy type {ptype!r} is unknown to the installed lerobot {_lerobot_version()} "
+        f"and its policy plugins ({plugins}).{did_you_mean(str(ptype), known)} Known: {', '.join(known)}. "
+        f"The checkpoint needs a newer LeRobot or its plugin (pip install lerobot_policy_<name>)"
+    )
+
+
 def load_config(ckpt: Path, raw: Mapping[str, Any], options: Mapping[str, str], device: str, use_amp: bool) -> Any:
     """The checkpoint's `PreTrainedConfig` with the flags applied, or a ConfigError saying why not."""
     from lerobot.configs.policies import PreTrainedConfig  # optional: lerobot
 
     version = _lerobot_version()
     ptype = raw.get("type")
-    known = PreTrainedConfig.get_known_choices()
-    if ptype not in known:
-        import lerobot.policies as policies  # optional: lerobot
-
-        getattr(policies, "__all__", None)  # every type LeRobot has, for the message
-        known = PreTrainedConfig.get_known_choices()
-        raise ConfigError(
-            f"--policy.path={ckpt}: policy type {ptype!r} is unknown to the installed lerobot {version} "
-            f"(known: {', '.join(sorted(known))}); the checkpoint needs a newer LeRobot or a policy plugin"
-        )
     cls = PreTrainedConfig.get_choice_class(ptype)
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - fields - {"type"})
@@ -366,6 +381,7 @@ class LeRobotPolicy(Policy):
             raise ConfigError(f"--policy.device={conf.device}: torch sees no CUDA device here")
         if conf.device == "mps" and not torch.backends.mps.is_available():
             raise ConfigError("--policy.device=mps: torch sees no MPS device here")
+        check_type(ckpt, raw, conf.lerobot_type)
         self.cfg = load_config(ckpt, raw, conf.options, conf.device, conf.use_amp)
         self.owns_env_processors = self.cfg.type in OWNS_ENV_PROCESSORS
         self.env_pre: Any = None  # its own env processors (LeRobot's pipelines), once loaded
@@ -499,7 +515,7 @@ class LeRobotPolicy(Policy):
             )
         with torch.inference_mode(), self._autocast():
             if self.path == "lockstep":
-                action = self.policy.select_action(self._inputs(batch, None))
+                action = self._select_action(self._inputs(batch, None), len(slots))
             elif self.path == "chunk":
                 action = self._act_chunk(batch, slots)
             elif self.path == "history":
@@ -514,6 +530,19 @@ class LeRobotPolicy(Policy):
         # action moves gym-pusht's agent differently in the last bits; numpy has no bfloat16
         action = action.to("cpu")
         return (action.float() if action.dtype == torch.bfloat16 else action).numpy()  # type: ignore[no-any-return]
+
+    def _select_action(self, inputs: dict[str, Any], rows: int) -> Any:
+        """The policy's own `select_action`, its output checked against LeRobot's interface: a
+        plugin's policy may return something else, or read inputs no env gives."""
+        try:
+            action = self.policy.select_action(inputs)
+        except KeyError as err:
+            raise PolicyError(
+                f"{self.cfg.type!r} policy's select_action asked for input {err} that lerobot-eval does not give "
+                f"(it gets {', '.join(sorted(inputs))}); rollbench cannot evaluate this policy type"
+            ) from err
+        feature = getattr(self.cfg, "action_feature", None)
+        return check_action(action, self.cfg.type, rows, feature.shape[0] if feature is not None else None)
 
     def _act_chunk(self, batch: Mapping[str, Any], slots: Sequence[int]) -> Any:
         import torch  # heavy, optional: torch (comes with lerobot)

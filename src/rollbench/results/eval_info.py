@@ -19,6 +19,7 @@ import gymnasium
 import numpy
 
 from rollbench import __version__
+from rollbench.policies.lerobot_plugins import lerobot_versions
 from rollbench.results import adaptive, stopped
 from rollbench.results.merge import Merged
 from rollbench.results.store import EVAL_INFO, write_json_atomic
@@ -36,13 +37,16 @@ EXECUTION_KEYS = ("scheduling", "launch", "tune", "merged_from", "startup", "pol
 
 
 def versions(cfg: RunConfig) -> dict[str, str]:
-    return {
+    out = {
         "rollbench": __version__,
         "python": platform.python_version(),
         "numpy": numpy.__version__,
         "gymnasium": gymnasium.__version__,
         **cfg.env.package_versions(),
     }
+    if cfg.policy.type == "lerobot":  # LeRobot and the policy plugins it imported, and what they replaced in it
+        out.update(lerobot_versions())
+    return out
 
 
 @dataclass(frozen=True)

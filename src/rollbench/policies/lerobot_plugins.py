@@ -1,0 +1,180 @@
+"""Third-party LeRobot policies: the installed `lerobot_policy_*` distributions.
+
+LeRobot (0.4.3 and later) imports every distribution whose name starts with
+`lerobot_policy_` before it parses its flags (`register_third_party_plugins`); the import
+registers the plugin's config class (`@PreTrainedConfig.register_subclass("x")`), and the
+policy class and processors are then found by name (`XPolicy` in the sibling `modeling_x`).
+rollbench imports them the same way, once in every process that builds the LeRobot adapter
+(the driver, a shard, a tune probe, a Ray actor, an env worker holding the policy: forkserver
+and spawn children import nothing from their parent).
+
+A plugin may also change LeRobot itself when it is imported (`lerobot-policy-proprio`
+replaces `lerobot.policies.factory.get_policy_class`): after each plugin's import, an entry
+point of `WATCHED` whose code is no longer LeRobot's is recorded with the plugins in
+`eval_info.json`'s `versions`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+from rollbench.errors import PolicyError
+
+log = logging.getLogger(__name__)
+
+#: distributions whose (normalised) name starts so are LeRobot policy plugins (LeRobot's rule;
+#: LeRobot itself reads the name as written, so a plugin named `lerobot-policy-x` is found here
+#: and not by lerobot-eval)
+PLUGIN_PREFIX = "lerobot_policy_"
+
+#: LeRobot entry points a plugin could replace on import: "module:attr" or "module:Class.attr"
+#: (a class's own attribute, so a classmethod compares as the function it wraps)
+WATCHED = (
+    "lerobot.policies.factory:get_policy_class",
+    "lerobot.policies.factory:make_policy",
+    "lerobot.policies.factory:make_pre_post_processors",
+    "lerobot.configs.policies:PreTrainedConfig.from_pretrained",
+    "lerobot.policies.pretrained:PreTrainedPolicy.from_pretrained",
+    "lerobot.processor.pipeline:DataProcessorPipeline.from_pretrained",
+    "lerobot.processor.pipeline:DataProcessorPipeline.__call__",
+    "lerobot.envs.utils:preprocess_observation",
+)
+
+
+@dataclass(frozen=True)
+class Plugins:
+    """What importing the installed policy plugins did in this process."""
+
+    imported: dict[str, str] = field(default_factory=dict)  # module -> its distribution's version
+    failed: dict[str, str] = field(default_factory=dict)  # module -> why
+    patched: dict[str, str] = field(default_factory=dict)  # watched entry point -> the module that replaced it
+
+    def versions(self) -> dict[str, str]:
+        """For `eval_info.json`'s `versions`: each plugin's version, and each replaced entry point."""
+        out = dict(self.imported)
+        out.update({point: f"replaced by {module} {self.imported.get(module, '')}".rstrip()
+                    for point, module in self.patched.items()})
+        return out
+
+
+def plugin_distributions() -> dict[str, str]:
+    """{module: version} of the installed `lerobot_policy_*` distributions (no import)."""
+    found: dict[str, str] = {}
+    for dist in metadata.distributions():
+        module = str(dist.metadata["Name"] or "").replace("-", "_")
+        if module.startswith(PLUGIN_PREFIX) and module not in found:
+            found[module] = str(dist.version)
+    return found
+
+
+def _replaced() -> set[str]:
+    """The watched entry points, in the modules imported so far, whose code is not LeRobot's own
+    (a wrapper made with `functools.wraps` keeps LeRobot's name, not its code). Modules are not
+    imported here: importing `lerobot.policies.factory` would import every policy type."""
+    import lerobot  # optional: lerobot
+
+    home = os.path.dirname(os.path.abspath(lerobot.__file__)) + os.sep
+    out = set()
+    for point in WATCHED:
+        module_name, _, path = point.partition(":")
+        obj: Any = sys.modules.get(module_name)
+        *owners, name = path.split(".")
+        for owner in owners:
+            obj = getattr(obj, owner, None)
+        value = vars(obj).get(name) if isinstance(obj, type) else getattr(obj, name, None)
+        code = getattr(getattr(value, "__func__", value), "__code__", None)
+        if code is not None and not os.path.abspath(code.co_filename).startswith(home):
+            out.add(point)
+    return out
+
+
+@functools.cache
+def discover() -> Plugins:
+    """Import every installed policy plugin (once per process), as LeRobot does; a plugin that
+    fails to import is logged and skipped (it must not hide the others)."""
+    dists = plugin_distributions()
+    if not dists:
+        return Plugins()
+    from rollbench.policies.lerobot import defer_policies_init  # lazy: the adapter's module imports this one
+
+    defer_policies_init()  # a plugin that imports one policy type's modules does not import them all
+    plugins = Plugins()
+    seen = _replaced()
+    for module, version in sorted(dists.items()):
+        try:
+            importlib.import_module(module)
+        except Exception as err:
+            plugins.failed[module] = f"{type(err).__name__}: {err}"
+            log.warning("LeRobot policy plugin %s failed to import (%s)", module, plugins.failed[module])
+            continue
+        plugins.imported[module] = version
+        for point in sorted(_replaced() - seen):
+            plugins.patched[point] = module
+            log.warning("LeRobot policy plugin %s replaced LeRobot's %s on import", module, point.replace(":", "."))
+        seen |= set(plugins.patched)
+    return plugins
+
+
+def lerobot_versions() -> dict[str, str]:
+    """LeRobot's version, each imported policy plugin's, and each entry point a plugin replaced."""
+    try:
+        out = {"lerobot": metadata.version("lerobot")}
+    except metadata.PackageNotFoundError:
+        return {}
+    return {**out, **discover().versions()}
+
+
+def plugin_types() -> dict[str, str]:
+    """{policy type: the plugin module that registered it} once the plugins are imported."""
+    from lerobot.configs.policies import PreTrainedConfig  # optional: lerobot
+
+    discover()
+    out: dict[str, str] = {}
+    for name in PreTrainedConfig.get_known_choices():
+        module = PreTrainedConfig.get_choice_class(name).__module__.split(".")[0]
+        if module.startswith(PLUGIN_PREFIX):
+            out[name] = module
+    return out
+
+
+def lerobot_types() -> list[str]:
+    """Every policy type LeRobot knows here: its own and the plugins'."""
+    from lerobot.configs.policies import PreTrainedConfig  # optional: lerobot
+
+    discover()
+    import lerobot.policies as policies  # optional: lerobot
+
+    getattr(policies, "__all__", None)  # a deferred package (policies/lerobot.py) runs its __init__ now
+    return sorted(PreTrainedConfig.get_known_choices())
+
+
+def check_action(action: Any, ptype: str, rows: int, width: int | None) -> Any:
+    """`select_action`'s output, refused in one line unless it is LeRobot's: one tensor of
+    (rows, action dim). A plugin whose interface differs (RewACT returns (action, reward))
+    would otherwise fail somewhere later with a message about something else."""
+    import torch  # heavy, optional: torch (comes with lerobot)
+
+    shape = f"({rows}, {width})" if width else f"({rows}, action dim)"
+    if isinstance(action, torch.Tensor) and action.ndim == 2 and action.shape[0] == rows:
+        return action
+    if isinstance(action, (tuple, list)):
+        parts = ", ".join(_describe(a) for a in action)
+        got = f"a {type(action).__name__} of {len(action)} ({parts})"
+    else:
+        got = _describe(action)
+    raise PolicyError(f"{ptype!r} policy's select_action returned {got}, expected a tensor of shape {shape} "
+                      f"(LeRobot's interface); rollbench cannot evaluate this policy type")
+
+
+def _describe(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return f"{type(value).__name__} of shape {tuple(shape)}"
+    return type(value).__name__
