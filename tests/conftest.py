@@ -32,7 +32,7 @@ TESTS = Path(__file__).resolve().parent
 #: run alone while the other process idles (longest first keeps both busy to the end)
 SLOW_FIRST = (
     "test_lerobot_env_parity.py", "test_lerobot_vla.py", "test_lerobot_bridge.py", "test_lerobot_metaworld.py",
-    "test_libero.py", "test_lerobot.py", "test_ray.py",
+    "test_libero.py", "test_lerobot.py", "test_ray.py", "test_lerobot_types06.py", "test_lerobot_chunking.py",
 )
 
 

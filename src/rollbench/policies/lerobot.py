@@ -22,7 +22,6 @@ import importlib
 import importlib.util
 import json
 import logging
-import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -41,7 +40,14 @@ from rollbench.lerobot_line import before_0_5
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext
 from rollbench.policies.checkpoint import REQUIRED_FILES, checkpoint_dir
 from rollbench.policies.lerobot_check import declared, preflight, summary
-from rollbench.policies.lerobot_plugins import check_action, discover, lerobot_types, plugin_distributions
+from rollbench.policies.lerobot_plugins import (
+    POLICIES_PACKAGE,
+    check_action,
+    defer_policies_init,
+    discover,
+    lerobot_types,
+    plugin_distributions,
+)
 from rollbench.policies.lerobot_xvla import env_pipelines, model_action_dim, policy_view, require_libero
 
 log = logging.getLogger(__name__)
@@ -159,45 +165,6 @@ def read_config(ckpt: Path) -> dict[str, Any]:
     return raw
 
 
-_POLICIES = "lerobot.policies"
-_deferred = threading.RLock()
-
-
-def defer_policies_init() -> None:
-    """Make `lerobot.policies` a package whose `__init__` runs when a name of it is first read.
-
-    That `__init__` imports every policy type's configuration (GR00T's imports torchvision and
-    transformers: ~1.5 s of a 4 s import here), while `lerobot.policies.act.configuration_act`
-    needs only its own. Submodules import as usual (the package has its `__path__`); the
-    first `from lerobot.policies import X`, or `getattr`, runs the real `__init__`, so code
-    that reads the package later sees it whole. Nothing happens when it is imported already.
-    """
-    with _deferred:
-        if _POLICIES in sys.modules:
-            return
-        spec = importlib.util.find_spec(_POLICIES)
-        if spec is None or spec.loader is None or spec.submodule_search_locations is None:
-            return  # the plain import below then says what is missing
-        module = importlib.util.module_from_spec(spec)
-        loader = spec.loader
-
-        def complete(name: str) -> Any:
-            if name.startswith("__") and name != "__all__":  # probes (__wrapped__, __file__ of a namespace) do
-                raise AttributeError(name)  # not complete it; `__all__`, what a reader of the whole package reads, does
-            with _deferred:
-                if module.__dict__.get("__getattr__") is complete:
-                    del module.__dict__["__getattr__"]
-                    loader.exec_module(module)
-            try:
-                return module.__dict__[name]
-            except KeyError:
-                raise AttributeError(f"module {_POLICIES!r} has no attribute {name!r}") from None
-
-        module.__dict__["__getattr__"] = complete
-        sys.modules[_POLICIES] = module
-        import lerobot  # optional: lerobot
-
-        lerobot.policies = module  # type: ignore[attr-defined]
 
 
 def import_config_class(ptype: Any) -> None:
@@ -206,7 +173,7 @@ def import_config_class(ptype: Any) -> None:
     discover()
     if ptype in LIGHT:
         defer_policies_init()
-        importlib.import_module(f"{_POLICIES}.{ptype}.configuration_{ptype}")
+        importlib.import_module(f"{POLICIES_PACKAGE}.{ptype}.configuration_{ptype}")
         return
     import lerobot.policies as policies  # optional: lerobot
 

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import logging
 import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -46,6 +48,48 @@ WATCHED = (
     "lerobot.processor.pipeline:DataProcessorPipeline.__call__",
     "lerobot.envs.utils:preprocess_observation",
 )
+
+
+#: LeRobot's package of policy types, imported lazily (`defer_policies_init`)
+POLICIES_PACKAGE = "lerobot.policies"
+_deferred = threading.RLock()
+
+
+def defer_policies_init() -> None:
+    """Make `lerobot.policies` a package whose `__init__` runs when a name of it is first read.
+
+    That `__init__` imports every policy type's configuration (GR00T's imports torchvision and
+    transformers: ~1.5 s of a 4 s import here), while `lerobot.policies.act.configuration_act`
+    needs only its own. Submodules import as usual (the package has its `__path__`); the
+    first `from lerobot.policies import X`, or `getattr`, runs the real `__init__`, so code
+    that reads the package later sees it whole. Nothing happens when it is imported already.
+    """
+    with _deferred:
+        if POLICIES_PACKAGE in sys.modules:
+            return
+        spec = importlib.util.find_spec(POLICIES_PACKAGE)
+        if spec is None or spec.loader is None or spec.submodule_search_locations is None:
+            return  # the plain import below then says what is missing
+        module = importlib.util.module_from_spec(spec)
+        loader = spec.loader
+
+        def complete(name: str) -> Any:
+            if name.startswith("__") and name != "__all__":  # probes (__wrapped__, __file__ of a namespace) do
+                raise AttributeError(name)  # not complete it; `__all__`, what a reader of the whole package reads, does
+            with _deferred:
+                if module.__dict__.get("__getattr__") is complete:
+                    del module.__dict__["__getattr__"]
+                    loader.exec_module(module)
+            try:
+                return module.__dict__[name]
+            except KeyError:
+                raise AttributeError(f"module {POLICIES_PACKAGE!r} has no attribute {name!r}") from None
+
+        module.__dict__["__getattr__"] = complete
+        sys.modules[POLICIES_PACKAGE] = module
+        import lerobot  # optional: lerobot
+
+        lerobot.policies = module  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -102,8 +146,6 @@ def discover() -> Plugins:
     dists = plugin_distributions()
     if not dists:
         return Plugins()
-    from rollbench.policies.lerobot import defer_policies_init  # lazy: the adapter's module imports this one
-
     defer_policies_init()  # a plugin that imports one policy type's modules does not import them all
     plugins = Plugins()
     seen = _replaced()
