@@ -40,7 +40,8 @@ Each repeat runs every mode once, as subprocesses, one after the other, and the 
 taken within the repeat (other work on the machine loads all of a repeat's runs alike); the
 table shows the medians over repeats. Wall time includes start-up (imports, model load), as
 a user sees it; CPU s is user + system time of all the run's processes (sampled from /proc
-every 0.1 s: bench/throughput.py's CpuMeter). env-steps/s counts the episodes' own steps
+every 0.1 s: bench/throughput.py's CpuMeter); `cores %` is CPU s over wall x the cores this
+process may use: how close the run came to the machine's ceiling. env-steps/s counts the episodes' own steps
 (rollbench's n_steps, the same for every mode on these workloads, where a random policy never
 succeeds), not the masked steps lerobot-eval's finished envs keep taking. Rows per call are counted in every process by a
 `sitecustomize` hook (PYTHONPATH; a few microseconds per call): `rows/call` is the mean rows
@@ -70,6 +71,13 @@ it (Diffusion on PushT took lerobot-eval 37, 45 and 233 s in three repeats). Dif
 reach 2x on PushT here: both tools do the same work (per chunk of 4 steps, resnet18 on 2
 frames per episode, 4 U-Net steps; the PushT steps, renders and videos) and lerobot-eval
 already keeps ~1.5 cores busy (56 CPU s in 38 s), so 2 cores bound rollbench near 1.4-1.5x.
+Batch size for a policy-bound run (issue 36, item 7), LeRobot 0.6.1 (`.venv312`), PushT ACT,
+2 quiet cores, median of 3: continuous at the default 4 slots per worker 22.7 s, 4 rows per call,
+77% of the cores, 1.99x lerobot-eval (44.2 s, 8 rows per call, 60%); at
+`--slots_per_worker=8` 22.3 s, 8 rows per call, 78%, 2.15x (lerobot-eval 47.8 s in that run).
+Doubling the rows per call changes nothing measurable here: ACT calls its network once per
+chunk of 10 steps, and the missing ~22% of the cores is start-up (imports and the model load,
+~7 s on one core) before the workers run, not small batches.
 A cProfile of continuous's driver (2 workers x 4 slots, 4 rows per call: one worker's slots,
 the two workers alternate) spent 22 s in the policy (16.5 s resnet18 encoding both history
 frames again every chunk, as LeRobot does; 3.8 s U-Net), 16 s waiting for the workers (11-12
@@ -99,6 +107,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 BIN = Path(sys.executable).parent
+#: cores this process may run on: the ceiling of "cores %" (CPU s over wall x cores)
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 from import_hook import AFTER_IMPORT  # noqa: E402  (bench/, on sys.path above)
 
@@ -323,6 +333,8 @@ def summarize(args: argparse.Namespace, ckpt: Path, repeats: list[dict[str, Run]
             "wall_s": wall, "walls_s": [r.wall for r in runs], "cpu_s": statistics.median(r.cpu for r in runs),
             "env_steps_per_s": out["env_steps"] / wall,
             "episodes_per_hour": n_tasks * args.episodes / wall * 3600,
+            # the machine's ceiling: what share of its cores the run kept busy (CPU s over wall x cores)
+            "utilisation": statistics.median(r.cpu / (r.wall * CORES) for r in runs),
             "rows_per_call": _median([r.mean_rows("select_action" if mode == "lerobot-eval" else "act") for r in runs]),
             "rows_per_net_call": _median([r.mean_rows("net") for r in runs]),
             "x_lerobot_eval": ratio,
@@ -339,11 +351,12 @@ def print_table(s: dict[str, Any]) -> None:
           f"{s['device']}, median of {s['repeats']}")
     if len(s["env_steps_counted"]) > 1:
         print(f"note: rollbench modes counted different env steps: {s['env_steps_counted']}")
-    print(f"{'mode':13s} {'wall s':>7s} {'CPU s':>7s} {'env-steps/s':>11s} {'rows/call':>9s} {'rows/net':>8s} "
+    print(f"{'mode':13s} {'wall s':>7s} {'CPU s':>7s} {'cores %':>7s} {'env-steps/s':>11s} {'rows/call':>9s} {'rows/net':>8s} "
           f"{'x lerobot-eval':>14s}   runs (wall s)")
     for mode, m in s["modes"].items():
         ratio = "-" if m["x_lerobot_eval"] is None else f"{m['x_lerobot_eval']:.2f}x"
-        print(f"{mode:13s} {m['wall_s']:7.1f} {m['cpu_s']:7.1f} {m['env_steps_per_s']:11.1f} {_num(m['rows_per_call']):>9s} "
+        print(f"{mode:13s} {m['wall_s']:7.1f} {m['cpu_s']:7.1f} {100 * m['utilisation']:7.0f} {m['env_steps_per_s']:11.1f} "
+              f"{_num(m['rows_per_call']):>9s} "
               f"{_num(m['rows_per_net_call']):>8s} {ratio:>14s}   {', '.join(f'{w:.1f}' for w in m['walls_s'])}")
     if "lockstep_over_continuous" in s:
         print(f"continuous vs lockstep (lockstep wall / continuous wall): {s['lockstep_over_continuous']:.2f}x")
