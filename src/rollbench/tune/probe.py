@@ -201,11 +201,11 @@ def _time_batches(ctx: Any, policy: Policy, obs: Any, unit: EpisodeUnit, budget_
     while b <= max_batch:
         batch = stack_any([obs] * b)
         slots = list(range(b))
-        desc = [start.description] * b
+        desc = [ctx.benchmark.policy_task(unit.task)] * b  # what a run's calls give the policy (lerobot-eval's task string)
         fulls, queued, cpu, wall = [], [], 0.0, 0.0
         peak = None
         for rep in range(4):
-            policy.reset(slots, [start] * b)
+            ctx.reset(policy, slots, [start] * b)
             if cuda and rep == 3:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
