@@ -25,27 +25,13 @@ import torch
 
 from lerobot_helpers import dataset_stats, policy_features, save_like_lerobot_train
 from rollbench.config.env import BenchmarkConfig
-from vla_helpers import byte_level_bpe
+from vla_helpers import QWEN_CHAT_TEMPLATE, byte_level_bpe
 
 _PAD, _IM_START, _IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 _VISION_START, _VISION_END = "<|vision_start|>", "<|vision_end|>"
 _IMAGE_PAD, _VIDEO_PAD = "<|image_pad|>", "<|video_pad|>"
 _TEXT_WIDTH = 64
 _EO1_TOKENS = 7  # the special tokens EO-1's processor step adds to the tokenizer
-# Qwen2.5-VL's template, reduced to what EO-1 sends: messages whose content is a list of images and texts
-_CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{{ '<|im_start|>' + message['role'] + '\n' }}"
-    "{%- if message['content'] is string -%}{{ message['content'] }}"
-    "{%- else -%}{%- for item in message['content'] -%}"
-    "{%- if item['type'] == 'image' -%}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
-    "{%- elif item['type'] == 'video' -%}{{ '<|vision_start|><|video_pad|><|vision_end|>' }}"
-    "{%- elif item['type'] == 'text' -%}{{ item['text'] }}{%- endif -%}"
-    "{%- endfor -%}{%- endif -%}"
-    "{{ '<|im_end|>\n' }}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}"
-)
 
 
 def backbone_dir(out: Path) -> Path:
@@ -66,7 +52,7 @@ def make_tiny_qwen2_5_vl(path: Path) -> dict[str, Any]:
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=byte_level_bpe(), pad_token=_PAD, eos_token=_IM_END,
         extra_special_tokens=[_IM_START, _VISION_START, _VISION_END, _IMAGE_PAD, _VIDEO_PAD],
-        chat_template=_CHAT_TEMPLATE, model_input_names=["input_ids", "attention_mask"],
+        chat_template=QWEN_CHAT_TEMPLATE, model_input_names=["input_ids", "attention_mask"],
     )
     ids = {tok: tokenizer.convert_tokens_to_ids(tok) for tok in (_PAD, _IM_END, _VISION_START, _VISION_END, _IMAGE_PAD, _VIDEO_PAD)}
     text = {
@@ -88,7 +74,7 @@ def make_tiny_qwen2_5_vl(path: Path) -> dict[str, Any]:
     patches = {"patch_size": 14, "merge_size": 2, "temporal_patch_size": 2}
     processor = Qwen2_5_VLProcessor(
         image_processor=Qwen2VLImageProcessor(**patches), video_processor=Qwen2VLVideoProcessor(**patches),
-        tokenizer=tokenizer, chat_template=_CHAT_TEMPLATE,
+        tokenizer=tokenizer, chat_template=QWEN_CHAT_TEMPLATE,
     )
     path.mkdir(parents=True, exist_ok=True)
     processor.save_pretrained(path)

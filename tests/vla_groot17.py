@@ -47,7 +47,7 @@ import torch
 
 from lerobot_helpers import dataset_stats, policy_features, save_like_lerobot_train
 from rollbench.config.env import BenchmarkConfig
-from vla_helpers import byte_level_bpe
+from vla_helpers import QWEN_CHAT_TEMPLATE, byte_level_bpe
 
 # SigLIP-style tower of Qwen3-VL: 32x32 frames in 8x8 patches, merged 2x2 into 4 image tokens.
 _IMAGE_SIZE = 32
@@ -63,22 +63,6 @@ _ACTION_HORIZON = 16
 _PAD, _IM_START, _IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 _VISION_START, _VISION_END = "<|vision_start|>", "<|vision_end|>"
 _IMAGE_PAD, _VIDEO_PAD = "<|image_pad|>", "<|video_pad|>"
-# What Qwen3-VL's template renders, reduced to what GR00T sends (one user message of images and text):
-# each image becomes `<|vision_start|><|image_pad|><|vision_end|>`, which the processor widens to one
-# `<|image_pad|>` per image token.
-_CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{{ '<|im_start|>' + message['role'] + '\n' }}"
-    "{%- if message['content'] is string -%}{{ message['content'] }}"
-    "{%- else -%}{%- for item in message['content'] -%}"
-    "{%- if item['type'] == 'image' -%}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
-    "{%- elif item['type'] == 'video' -%}{{ '<|vision_start|><|video_pad|><|vision_end|>' }}"
-    "{%- elif item['type'] == 'text' -%}{{ item['text'] }}{%- endif -%}"
-    "{%- endfor -%}{%- endif -%}"
-    "{{ '<|im_end|>\n' }}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}"
-)
 
 
 def backbone_dir(home: Path) -> Path:
@@ -100,7 +84,7 @@ def _byte_tokenizer() -> Any:
         pad_token=_PAD,
         eos_token=_IM_END,
         extra_special_tokens=[_IM_START, _VISION_START, _VISION_END, _IMAGE_PAD, _VIDEO_PAD],
-        chat_template=_CHAT_TEMPLATE,
+        chat_template=QWEN_CHAT_TEMPLATE,
         model_input_names=["input_ids", "attention_mask"],
     )
 
@@ -150,7 +134,7 @@ def make_tiny_qwen3_vl(home: Path) -> Path:
         image_processor=Qwen2VLImageProcessor(size=pixels, **patches, **half),
         video_processor=Qwen3VLVideoProcessor(size=pixels, **patches, **half),
         tokenizer=tokenizer,
-        chat_template=_CHAT_TEMPLATE,
+        chat_template=QWEN_CHAT_TEMPLATE,
     )
     processor.save_pretrained(path)
     return path

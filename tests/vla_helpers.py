@@ -135,3 +135,20 @@ def make_smolvla_checkpoint(out: Path, benchmark: BenchmarkConfig, seed: int = 0
     torch.manual_seed(seed)
     policy = get_policy_class("smolvla")(cfg)
     return save_like_lerobot_train(policy, cfg, out, dataset_stats(inputs, outputs, 256.0, 100.0))
+
+#: Qwen's chat template (Qwen2.5-VL, Qwen3-VL), reduced to what the VLAs built here send: messages whose
+#: content is a string or a list of images and texts; an image renders as
+#: `<|vision_start|><|image_pad|><|vision_end|>`, which the processor widens to one pad per image token
+QWEN_CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{%- if message['content'] is string -%}{{ message['content'] }}"
+    "{%- else -%}{%- for item in message['content'] -%}"
+    "{%- if item['type'] == 'image' -%}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- elif item['type'] == 'video' -%}{{ '<|vision_start|><|video_pad|><|vision_end|>' }}"
+    "{%- elif item['type'] == 'text' -%}{{ item['text'] }}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{{ '<|im_end|>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}"
+)
