@@ -144,7 +144,6 @@ class Perturber:
     commits the step."""
 
     def __init__(self, cond: Condition, seed: int, action_bounds: tuple[np.ndarray, np.ndarray] | None) -> None:
-        self.cond = cond
         self.cid = cond.id
         self.seed = seed
         self.bounds = action_bounds
