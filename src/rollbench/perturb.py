@@ -21,11 +21,23 @@ Axes (generic: every benchmark that has what they act on):
                      state the policy sees (observation.state, observation.environment_state)
     language.drop    1: the task's instruction is removed (the policy's task string and the
                      episode's description are empty)
+
+    image.*          every camera image the policy sees (observation.image, observation.images.*),
+                     applied as a camera would degrade them, in this order: image.shift (the frame
+                     moved by this fraction of its size, in a direction drawn per episode, black
+                     where nothing was seen), image.occlusion (a grey patch over this fraction of
+                     the frame, placed per episode), image.brightness and image.contrast (factors,
+                     1 at rest), image.blur (Gaussian, sigma in pixels), image.noise (Gaussian,
+                     standard deviation as a fraction of the full pixel range, drawn each step),
+                     image.jpeg (compressed at this JPEG quality, 1-100; 0 at rest). uint8 HWC
+                     frames (rollbench's benchmarks) and float CHW frames in [0, 1] (LeRobot's
+                     bridge) are both taken and given back as they came.
 """
 
 from __future__ import annotations
 
 import functools
+import io
 import zlib
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -70,7 +82,17 @@ AXES: dict[str, Axis] = {a.name: a for a in (
     Axis("action.latency", "control steps between an observation and the action the policy chose on it", True, 0, 1000, 0),
     Axis("state.noise", "standard deviation of Gaussian noise added to the state vectors", False, 0.0, 100.0, 0.0),
     Axis("language.drop", "1 removes the task's instruction", True, 0, 1, 0),
+    Axis("image.noise", "standard deviation of Gaussian pixel noise, as a fraction of the pixel range", False, 0.0, 1.0, 0.0),
+    Axis("image.blur", "sigma of a Gaussian blur, in pixels", False, 0.0, 50.0, 0.0),
+    Axis("image.brightness", "factor on every pixel; 1 at rest", False, 0.0, 10.0, 1.0),
+    Axis("image.contrast", "factor on every pixel's distance from the frame's mean grey; 1 at rest", False, 0.0, 10.0, 1.0),
+    Axis("image.occlusion", "fraction of the frame under a grey patch placed per episode", False, 0.0, 1.0, 0.0),
+    Axis("image.jpeg", "JPEG quality the frames are compressed at, 1 worst to 100 best; 0 at rest (not compressed)", True, 0, 100, 0),
+    Axis("image.shift", "fraction of the frame's size it moves by, in a direction drawn per episode", False, 0.0, 1.0, 0.0),
 )}
+
+#: the image axes in the order a frame goes through them (geometry, scene, light, optics, sensor, codec)
+IMAGE_AXES = ("image.shift", "image.occlusion", "image.brightness", "image.contrast", "image.blur", "image.noise", "image.jpeg")
 
 
 @dataclass(frozen=True)
@@ -151,6 +173,7 @@ class Perturber:
         self.state_noise = cond.get("state.noise")
         self.action_noise = cond.get("action.noise")
         self.drop_language = bool(cond.get("language.drop"))
+        self.image = {name: cond.get(name) for name in IMAGE_AXES if cond.get(name) != AXES[name].neutral}
         self.step = 0
         self.history: deque[Mapping[str, Any]] = deque(maxlen=self.latency)
 
@@ -166,6 +189,9 @@ class Perturber:
                     state = np.asarray(out[key])
                     noise = rng.normal(0.0, self.state_noise, state.shape)
                     out[key] = (state + noise).astype(state.dtype, copy=False)
+        if self.image:
+            for key in sorted(k for k in out if is_image_key(k)):  # sorted: a camera's draws never depend on another's
+                out[key] = perturb_image(np.asarray(out[key]), self.image, self.seed, self.cid, key, self.step)
         return out
 
     def prompt(self, text: str) -> str:
@@ -186,6 +212,82 @@ class Perturber:
         self.step += 1
 
 
+def is_image_key(key: str) -> bool:
+    return key == "observation.image" or key.startswith("observation.images.")
+
+
+def perturb_image(img: np.ndarray, levels: Mapping[str, float], seed: int, cid: str, camera: str, step: int) -> np.ndarray:
+    """One camera's frame (uint8 HWC, or float CHW in [0, 1]) under the image axes `levels`,
+    in the layout and dtype it came in. What is drawn per episode (a shift's direction, a
+    patch's place) comes from the episode's stream at step 0; noise from this step's."""
+    chw = img.dtype != np.uint8 and img.ndim == 3 and img.shape[0] in (1, 3, 4) and img.shape[-1] not in (1, 3, 4)
+    x = img.transpose(1, 2, 0) if chw else img
+    x = x.astype(np.float32) / (255.0 if img.dtype == np.uint8 else 1.0)
+    if x.ndim == 2:
+        x = x[:, :, None]
+    h, w = x.shape[:2]
+
+    def episode(axis: str) -> np.random.Generator:  # what stays put for the whole episode
+        return _stream(seed, cid, f"{axis}/{camera}", 0)
+
+    if "image.shift" in levels:
+        angle = episode("image.shift").uniform(0.0, 2 * np.pi)
+        dy, dx = round(levels["image.shift"] * h * np.sin(angle)), round(levels["image.shift"] * w * np.cos(angle))
+        moved = np.zeros_like(x)
+        src = x[max(0, -dy): h - max(0, dy), max(0, -dx): w - max(0, dx)]
+        moved[max(0, dy): max(0, dy) + src.shape[0], max(0, dx): max(0, dx) + src.shape[1]] = src
+        x = moved
+    if "image.occlusion" in levels:
+        side = np.sqrt(levels["image.occlusion"])
+        ph, pw = round(side * h), round(side * w)
+        rng = episode("image.occlusion")
+        top, left = rng.integers(0, h - ph + 1), rng.integers(0, w - pw + 1)
+        x = x.copy()
+        x[top: top + ph, left: left + pw] = 0.5
+    if "image.brightness" in levels:
+        x = x * levels["image.brightness"]
+    if "image.contrast" in levels:
+        grey = float(x.mean())
+        x = (x - grey) * levels["image.contrast"] + grey
+    if "image.blur" in levels:
+        from scipy.ndimage import gaussian_filter  # lazy: scipy's import is ~0.2 s, paid by blurred sweeps only
+
+        x = gaussian_filter(x, sigma=(levels["image.blur"], levels["image.blur"], 0), mode="nearest")
+    if "image.noise" in levels:
+        x = x + _stream(seed, cid, f"image.noise/{camera}", step).normal(0.0, levels["image.noise"], x.shape).astype(np.float32)
+    x = np.clip(x, 0.0, 1.0)
+    if "image.jpeg" in levels:
+        x = _jpeg(x, int(levels["image.jpeg"]))
+    out = np.rint(x * 255.0).astype(np.uint8) if img.dtype == np.uint8 else x.astype(img.dtype, copy=False)
+    if img.ndim == 2:
+        out = out[:, :, 0]
+    return np.ascontiguousarray(out.transpose(2, 0, 1)) if chw else out
+
+
+def preview(cid: str, frame: np.ndarray, seed: int, camera: str = "observation.image") -> np.ndarray:
+    """`frame` (uint8 HWC) as condition `cid`'s image axes make the first frame of the episode
+    with `seed` look to the policy (unchanged when the condition has none): the report's still."""
+    cond = condition(cid)
+    levels = {name: cond.get(name) for name in IMAGE_AXES if cond.get(name) != AXES[name].neutral}
+    return perturb_image(frame, levels, seed, cid, camera, 0) if levels else frame
+
+
+def _jpeg(x: np.ndarray, quality: int) -> np.ndarray:
+    """`x` (float HWC in [0, 1]) compressed to JPEG at `quality` and decoded."""
+    from PIL import Image  # lazy: matplotlib's dependency, loaded by JPEG sweeps only
+
+    pixels = np.rint(x * 255.0).astype(np.uint8)
+    grey = pixels.shape[2] == 1
+    rgb = pixels[:, :, 0] if grey else pixels[:, :, :3]
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, format="JPEG", quality=quality)
+    decoded = np.asarray(Image.open(io.BytesIO(buf.getvalue()))).astype(np.float32) / 255.0
+    decoded = decoded[:, :, None] if grey else decoded
+    if pixels.shape[2] == 4:  # an alpha channel goes through untouched
+        decoded = np.concatenate([decoded, x[:, :, 3:]], axis=2)
+    return decoded
+
+
 def check_benchmark(conditions: list[Condition], features: Mapping[str, Any], env_type: str, action_space: Any) -> None:
     """Refuse, before any episode, an axis the benchmark has nothing for."""
     for cond in conditions:
@@ -193,10 +295,11 @@ def check_benchmark(conditions: list[Condition], features: Mapping[str, Any], en
             if name == "action.noise" and not hasattr(action_space, "low"):
                 raise ConfigError(f"--eval.perturb: action.noise adds Gaussian noise to continuous actions; the actions "
                                   f"of --env.type={env_type} are {action_space}")
-            need = NEEDS.get(name)
+            what = "a camera image (observation.image, observation.images.*)" if name in IMAGE_AXES else " or ".join(STATE_KEYS)
+            need = NEEDS.get(name) or (has_image if name in IMAGE_AXES else None)
             if need is not None and not need(features):
                 raise ConfigError(
-                    f"--eval.perturb: {name} acts on {' or '.join(STATE_KEYS)}, which --env.type={env_type} does not "
+                    f"--eval.perturb: {name} acts on {what}, which --env.type={env_type} does not "
                     f"give (its observation: {', '.join(k for k in sorted(features) if k != 'action') or 'none'})"
                 )
 
@@ -206,3 +309,7 @@ STATE_KEYS = ("observation.state", "observation.environment_state")
 NEEDS: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "state.noise": lambda features: any(k in features for k in STATE_KEYS),
 }
+
+
+def has_image(features: Mapping[str, Any]) -> bool:
+    return any(is_image_key(k) for k in features)

@@ -59,7 +59,8 @@ class EvalConfig:
     perturb: str = opt(
         "",
         "robustness sweep: AXIS=LEVEL[,LEVEL...], several axes joined by ';' or the flag repeated "
-        "(action.noise, action.latency, state.noise, language.drop); every task runs --eval.n_episodes under "
+        "(action.noise, action.latency, state.noise, language.drop, image.noise, image.blur, image.brightness, "
+        "image.contrast, image.occlusion, image.jpeg, image.shift); every task runs --eval.n_episodes under "
         "the control and under each level, on the control's seeds (docs/robustness.md)",
     )
     max_parallel_tasks: int = opt(
