@@ -128,3 +128,50 @@ def test_an_axis_the_benchmark_cannot_take_is_refused_before_any_episode(tmp_pat
     assert res.rc == 2, res.err
     assert "action.noise adds Gaussian noise to continuous actions" in res.err and "Discrete(2)" in res.err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_delay_of_k_steps_delays_the_first_action_of_every_new_chunk_by_k_steps() -> None:
+    """A chunking policy (a chunk of 4, planned on the observation it is given) under a delay
+    of 3: every chunk is planned on the observation of 3 steps before the step that executes
+    its first action, which is what a robot sees when inference takes 3 control steps while
+    the previous chunk's last actions run on (real-time chunking, docs/robustness.md)."""
+    cfg = config_from_flags({"env.type": "fake", "policy.type": "expert", "eval.n_episodes": "1",
+                             "eval.perturb": "action.latency=3", "output_dir": "/nonexistent"})
+    ctx = StepContext(cfg.env, cfg.policy, cfg.seed)
+
+    class Chunks(Policy):
+        """Each action names the observation its chunk was planned on and its place in the chunk."""
+
+        def reset(self, slots, episodes):
+            self.queue: list[np.ndarray] = []
+
+        def act(self, batch, slots):
+            if not self.queue:
+                seen = float(batch["observation.state"][0][0])
+                self.queue.extend(np.array([[seen, j]]) for j in range(4))
+            return self.queue.pop(0)
+
+    unit = next(u for u in plan_for(cfg) if u.condition == "action.latency=3")
+    policy = Chunks()
+    ctx.reset(policy, [0], [ctx.episode_start(unit)])
+    executed = [ctx.act(policy, {"agent_pos": np.array([[float(t), 0.0]]), "environment_state": np.zeros((1, 4))}, [0], ["x"])[0]
+                for t in range(16)]
+    firsts = [(t, planned_on) for t, (planned_on, j) in enumerate(executed) if j == 0]
+    assert [t for t, _ in firsts] == [0, 4, 8, 12]
+    assert firsts[0] == (0, 0)  # the first chunk: nothing older than the first observation
+    assert all(t - planned_on == 3 for t, planned_on in firsts[1:])
+
+
+def test_the_chunking_expert_holds_each_planned_action(tmp_path: Path) -> None:
+    """--policy.chunk_size=N: the expert's action on a chunk's first observation, N times;
+    chunk 1 is the expert as it always was; 0 is one line."""
+    runs = {}
+    for n in (1, 4):
+        out = tmp_path / f"c{n}"
+        assert run_subprocess(*BASE[:4], f"--policy.chunk_size={n}", "--workers=1", f"--output_dir={out}").rc == 0
+        runs[n] = per_episode(out)
+    plain = tmp_path / "plain"
+    assert run_subprocess(*BASE[:4], "--workers=1", f"--output_dir={plain}").rc == 0
+    assert per_episode(plain) == runs[1] != runs[4]
+    res = run_subprocess(*BASE[:4], "--policy.chunk_size=0", f"--output_dir={tmp_path / 'bad'}")
+    assert res.rc == 2 and "--policy.chunk_size=0 is not allowed; it must be a whole number >= 1" in res.err, res.err

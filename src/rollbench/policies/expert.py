@@ -19,8 +19,12 @@ class ExpertOptions:
     """`--policy.*` flags of `--policy.type=expert`."""
 
     action_noise: float = opt(0.0, "standard deviation of Gaussian noise added to every action (a degraded expert)")
+    chunk_size: int = opt(1, "a chunking expert: it plans every N steps and holds the action it chose for N steps")
 
     def __post_init__(self) -> None:
+        if self.chunk_size < 1:
+            raise ConfigError(f"--policy.chunk_size={self.chunk_size} is not allowed; it must be a whole number >= 1 (the "
+                              f"steps the expert holds each action it plans)")
         if not 0 <= self.action_noise < math.inf:  # NaN fails too
             raise ConfigError(f"--policy.action_noise={self.action_noise} is not allowed; it must be a number >= 0 (the "
                               f"standard deviation of Gaussian noise added to every action)")
@@ -33,6 +37,9 @@ class ExpertPolicy(Policy):
     action space's units) on every action, clipped to the space, drawn from one generator
     per episode seeded by the episode's seed, so a noisy episode still does not depend on
     its slot, batch or worker (a second policy to compare against, e.g. docs/compare.md).
+    `--policy.chunk_size=N` makes it a chunking policy, open loop between plans: the action it
+    chose on a chunk's first observation is the whole chunk (what action.latency's chunk
+    execution is measured with, docs/robustness.md).
     """
 
     cheap = True
@@ -42,7 +49,10 @@ class ExpertPolicy(Policy):
         self._benchmark = ctx.benchmark
         self._experts: dict[str, Callable[[dict[str, Any]], np.ndarray]] = {}
         self._slot_task: dict[int, str] = {}
-        self._noise = build(ExpertOptions, ctx.config.options, "policy.").action_noise
+        options = build(ExpertOptions, ctx.config.options, "policy.")
+        self._noise = options.action_noise
+        self._chunk = options.chunk_size
+        self._queues: dict[int, list[np.ndarray]] = {}
         self._space = ctx.action_space
         self._rngs: dict[int, np.random.Generator] = {}
         # fail when the policy is built (before any output is written), not at the first
@@ -59,6 +69,7 @@ class ExpertPolicy(Policy):
         for slot, ep in zip(slots, episodes, strict=True):
             self._expert(ep.task)  # fail at reset, not mid-episode, if there is none
             self._slot_task[slot] = ep.task
+            self._queues[slot] = []
             if self._noise:
                 self._rngs[slot] = np.random.default_rng([ep.seed, 0x4E4F495345])  # apart from the env's own seed
 
@@ -66,7 +77,10 @@ class ExpertPolicy(Policy):
         keys = [k for k in batch if k != "task"]
         rows = []
         for i, slot in enumerate(slots):
-            action = self._expert(self._slot_task[slot])({k: batch[k][i] for k in keys})
+            queue = self._queues[slot]
+            if not queue:
+                queue.extend([self._expert(self._slot_task[slot])({k: batch[k][i] for k in keys})] * self._chunk)
+            action = queue.pop()
             if self._noise:
                 noisy = action + self._rngs[slot].normal(0.0, self._noise, np.shape(action))
                 action = np.clip(noisy, self._space.low, self._space.high).astype(np.asarray(action).dtype)
