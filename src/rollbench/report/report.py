@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rollbench.errors import ConfigError, did_you_mean
-from rollbench.report import plots
+from rollbench.report import plots, robustness
 from rollbench.report.html import cards, esc, output_file, page, src, table, write_atomic
 from rollbench.report.runs import LoadedRun, command_line, load_run
 from rollbench.results.log import read_records
@@ -267,7 +267,7 @@ def _videos_flag(value: str) -> int:
 def render(run: LoadedRun, out: Path, videos_per_task: int = VIDEOS_PER_TASK) -> str:
     """The page's HTML for `run`, with video paths relative to `out`'s directory."""
     body = [
-        *_summary(run), *_tasks(run), *_seeds(run), *_adaptive(run), *_lengths(run), *_throughput(run),
+        *_summary(run), *_tasks(run), *_seeds(run), *robustness.section(run), *_adaptive(run), *_lengths(run), *_throughput(run),
         *_videos(run, out.parent, videos_per_task), *_failed(run), *_reproduce(run),
     ]
     return page(f"rollbench report: {run.describe()}", body)
