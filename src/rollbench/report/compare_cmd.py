@@ -22,7 +22,8 @@ Newcombe's 95% interval, and an exact test: McNemar when both ran the same units
 seed), else Boschloo; Holm-corrected across tasks. The verdict calls a difference only
 where the test supports it, and says how many episodes per task would decide the rest.
 Warns when the runs differ in package versions, benchmark settings, seeds, episode
-counts or step limits.
+counts or step limits. Two sweeps (--eval.perturb) are also compared condition by
+condition (pairs: condition, task, seed; all tasks pooled; Holm across conditions).
 
   --html=OUT         also write the comparison as a self-contained page
   --fail-if-worse    exit 1 when B is significantly worse than A, overall or on any task

@@ -34,7 +34,8 @@ fetched from the network) with the run's summary (overall success and its 95% Wi
 interval, failed units, wall time, throughput), per-task success with intervals, episode
 lengths of successes and failures, throughput and busy workers over time, the videos of
 each task's first episodes (failures first; the files stay in DIR/videos/), the command
-and the package versions. DIR is a rollbench (or lerobot-eval) output directory.
+and the package versions; for a sweep (--eval.perturb), each condition against the
+control, success against each axis's level, and a still of every condition. DIR is a rollbench (or lerobot-eval) output directory.
 
   --output=PATH          where to write the page (default DIR/{REPORT})
   --videos_per_task=N    videos shown per task (default {VIDEOS_PER_TASK}; 0: none)"""
