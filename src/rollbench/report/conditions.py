@@ -49,12 +49,12 @@ def _latest(records: list[EpisodeRecord]) -> dict[tuple[str, str, int, int], Epi
 
 def split(run: LoadedRun) -> dict[str, LoadedRun] | None:
     """Each condition of a sweep as a run of its own (its tasks' episodes numbered from 0 like
-    the control's); the control is `run` itself. None: not a sweep, or no episode log beside
-    its eval_info.json (then only the control's episodes are known)."""
+    the control's); the control is `run` itself. None: not a sweep, or no episode log under
+    its eval_info.json's directory (then only the control's episodes are known)."""
     ids = condition_ids(run)
     if ids is None:
         return None
-    records = _latest(read_records(run.root))
+    records = _latest(read_records(run.root, recursive=True))  # `rollbench merge`'s shards: a log per directory
     if not any(rec.condition for rec in records.values()):
         return None
     per_condition = _per_condition(run, len(ids))
