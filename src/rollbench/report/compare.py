@@ -8,14 +8,17 @@ units whose outcome differs count (exact McNemar), which sees a difference with 
 episodes. Otherwise the two samples are independent (Boschloo). The verdict names a
 difference only where the test, after Holm's correction, supports it; where it does not,
 it says how many episodes per task would (power 80% at the observed rates).
+
+Two sweeps (--eval.perturb) are compared as above on their controls, and then condition by
+condition (pairs: condition, task, episode), all tasks pooled, Holm across the conditions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from rollbench.report import stats
+from rollbench.report import conditions, stats
 from rollbench.report.runs import Episode, LoadedRun, TaskKey
 from rollbench.results.summary import Z95, wilson
 
@@ -88,6 +91,8 @@ class Comparison:
     alpha: float
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: two sweeps: each common condition (the control first), all tasks pooled, Holm across them
+    conditions: list[Row] = field(default_factory=list)
 
     @property
     def b_worse(self) -> bool:
@@ -96,7 +101,8 @@ class Comparison:
 
     def verdicts(self) -> list[str]:
         overall = _overall_sentence(self.overall, len(self.tasks))
-        return [overall] if len(self.tasks) == 1 else [overall, _task_sentence(self.tasks, self.alpha)]
+        out = [overall] if len(self.tasks) == 1 else [overall, _task_sentence(self.tasks, self.alpha)]
+        return out + ([_condition_sentence(self.conditions, self.alpha)] if self.conditions else [])
 
 
 def _pair(ea: Sequence[Episode], eb: Sequence[Episode]) -> stats.Paired | None:
@@ -131,7 +137,14 @@ def _needed(a: Rate, b: Rate, paired: stats.Paired | None, alpha: float, tasks: 
 
 
 def compare_runs(a: LoadedRun, b: LoadedRun, alpha: float = 0.05) -> Comparison:
-    """Compare every task both runs evaluated, and all of them pooled."""
+    """Compare every task both runs evaluated, and all of them pooled; two sweeps also
+    condition by condition."""
+    cmp = _compare(a, b, alpha)
+    _compare_conditions(cmp)
+    return cmp
+
+
+def _compare(a: LoadedRun, b: LoadedRun, alpha: float) -> Comparison:
     keys: list[TaskKey] = [k for k in a.tasks if k in b.tasks and a.tasks[k].n and b.tasks[k].n]
     if not keys:
         raise ValueError("no task with episodes in both runs")
@@ -157,6 +170,42 @@ def compare_runs(a: LoadedRun, b: LoadedRun, alpha: float = 0.05) -> Comparison:
         )
     _check(cmp, keys)
     return cmp
+
+
+def _compare_conditions(cmp: Comparison) -> None:
+    """Two sweeps: each condition both ran, its episodes paired with the same condition's in
+    the other run; a sweep against a plain run: the control only, said in a note."""
+    ids = {side: conditions.condition_ids(run) for side, run in (("A", cmp.a), ("B", cmp.b))}
+    if ids["A"] is None and ids["B"] is None:
+        return
+    if ids["A"] is None or ids["B"] is None:
+        side, other = ("A", "B") if ids["A"] is not None else ("B", "A")
+        cmp.notes.append(f"{side} is a sweep (--eval.perturb, {len(ids[side] or []) - 1} conditions) and {other} is not: "
+                         f"only the control is compared")
+        return
+    ida, idb = ids["A"] or [], ids["B"] or []
+    for side, mine, theirs in (("A", ida, idb), ("B", idb, ida)):
+        only = [c for c in mine if c not in theirs]
+        if only:
+            cmp.warnings.append(f"conditions only in {side}, left out: {', '.join(only)}")
+    common = [c for c in ida if c in idb]
+    parts = {side: conditions.split(run) for side, run in (("A", cmp.a), ("B", cmp.b))}
+    missing = [side for side, p in parts.items() if p is None]
+    if missing:
+        cmp.notes.append(f"{' and '.join(missing)} has no episode log beside its eval_info.json: its conditions' episodes "
+                         f"are unknown, so only the control is compared")
+        return
+    pa, pb = parts["A"] or {}, parts["B"] or {}
+    drafts = [replace(cmp.overall, name="control")]
+    for cid in common[1:] if common[:1] == [""] else common:
+        try:
+            row = _compare(pa[cid], pb[cid], cmp.alpha).overall
+        except ValueError:
+            cmp.notes.append(f"condition {cid}: no task with episodes in both runs, left out")
+            continue
+        drafts.append(replace(row, name=cid))
+    adjusted = stats.holm([r.p for r in drafts])
+    cmp.conditions = [replace(r, p_adj=p) for r, p in zip(drafts, adjusted, strict=True)]
 
 
 def _pooled(rows: list[Row], alpha: float) -> Row:
@@ -248,6 +297,16 @@ def _task_sentence(rows: Sequence[Row], alpha: float) -> str:
                  f"take about {span} episodes per task ({POWER:.0%} power at the observed rates; now "
                  f"{max(r.a.n for r in rows)}).")
     return text
+
+
+def _condition_sentence(rows: Sequence[Row], alpha: float) -> str:
+    head = f"Per condition (all tasks pooled, Holm-corrected across {len(rows)} conditions, α = {alpha:g}): "
+    named = {v: [r.name for r in rows if r.verdict == v] for v in ("better", "worse")}
+    if not named["better"] and not named["worse"]:
+        return f"{head}no significant difference under any condition."
+    parts = [f"B is {v} under {', '.join(names)}" for v, names in named.items() if names]
+    rest = len(rows) - len(named["better"]) - len(named["worse"])
+    return head + "; ".join(parts) + (f"; no significant difference under the other {rest}." if rest else ".")
 
 
 def _span(seeds: list[int] | None) -> str:

@@ -22,7 +22,8 @@ Newcombe's 95% interval, and an exact test: McNemar when both ran the same units
 seed), else Boschloo; Holm-corrected across tasks. The verdict calls a difference only
 where the test supports it, and says how many episodes per task would decide the rest.
 Warns when the runs differ in package versions, benchmark settings, seeds, episode
-counts or step limits.
+counts or step limits. Two sweeps (--eval.perturb) are also compared condition by
+condition (pairs: condition, task, seed; all tasks pooled; Holm across conditions).
 
   --html=OUT         also write the comparison as a self-contained page
   --fail-if-worse    exit 1 when B is significantly worse than A, overall or on any task
@@ -72,12 +73,35 @@ def text(cmp: Comparison) -> str:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         if j == 0 or (j == len(rows) - 2 and len(cmp.tasks) > 1):
             lines.append("-" * sum(w + 2 for w in widths))
+    lines += condition_lines(cmp)
     lines += ["", *cmp.verdicts()]
     lines += per_seed_lines(cmp.a, cmp.b)
     for title, items in (("warnings", cmp.warnings), ("notes", cmp.notes)):
         if items:
             lines += ["", f"{title}:", *(f"  - {w}" for w in items)]
     return "\n".join(lines)
+
+
+def _condition_cells(r: Row) -> tuple[str, ...]:
+    cells = list(_cells(r, overall=True))
+    cells[6] = stats.fmt_p(r.p_adj)
+    return tuple(cells)
+
+
+def condition_lines(cmp: Comparison) -> list[str]:
+    """Two sweeps: one line per common condition (all tasks pooled; the control's is the
+    overall line above), Holm across the conditions."""
+    if not cmp.conditions:
+        return []
+    rows = [("condition", *HEADER[1:]), *(_condition_cells(r) for r in cmp.conditions)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    lines = ["", f"per condition (--eval.perturb; all tasks pooled, pairs: condition, task, episode; "
+                 f"p Holm across the {len(cmp.conditions)} conditions):"]
+    for j, row in enumerate(rows):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        if j == 0:
+            lines.append("-" * sum(w + 2 for w in widths))
+    return lines
 
 
 def per_seed_lines(a: LoadedRun, b: LoadedRun) -> list[str]:
@@ -117,6 +141,17 @@ def html_page(cmp: Comparison) -> str:
         c[7] = f'<span class="{verdict_class.get(r.verdict, "muted")}">{c[7]}</span>'
         cells.append(c)
     body.append(table(HEADER, cells, raw=True))
+    if cmp.conditions:
+        body.append("<h2>B - A per condition</h2>")
+        body.append(f'<p class="muted">--eval.perturb: each condition\'s episodes of every task, paired with the same '
+                    f"condition's in the other run; p Holm across the {len(cmp.conditions)} conditions.</p>")
+        body.append(plots.differences([plots.Difference(r.name, r.diff, r.ci[0], r.ci[1], r.verdict) for r in cmp.conditions]))
+        rows_c = []
+        for r in cmp.conditions:
+            c = [esc(x) for x in _condition_cells(r)]
+            c[7] = f'<span class="{verdict_class.get(r.verdict, "muted")}">{c[7]}</span>'
+            rows_c.append(c)
+        body.append(table(("condition", *HEADER[1:]), rows_c, raw=True))
     body.append("<h2>Runs</h2>")
     body += [*_run_block("A", cmp.a), *_run_block("B", cmp.b)]
     return page(f"rollbench compare: B {cmp.b.describe()} against A {cmp.a.describe()}", body)

@@ -250,3 +250,41 @@ def narrowing(tasks: Sequence[Narrowing], ci_width: float, max_episodes: int, co
             ax.set_ylabel("success %")
         fig.subplots_adjust(hspace=0.45, wspace=0.15, top=1 - 0.3 / (0.7 + 1.45 * rows))
     return to_svg(fig)
+
+
+@dataclass(frozen=True)
+class Level:
+    level: float
+    pct: float | None  # success %, None when no episode finished
+    ci: tuple[float, float] | None  # its 95% interval, percent
+    control: bool = False
+
+
+def degradation(axes: dict[str, Sequence[Level]], columns: int = 4) -> str:
+    """A sweep: per axis, success (%) with its 95% interval against the axis's level, the
+    control at the axis's rest level (small multiples on a shared success scale)."""
+    import matplotlib  # heavy: matplotlib (~0.1-0.3 s); loaded only when a chart is drawn
+
+    rows = -(-len(axes) // columns)
+    cols = min(columns, len(axes))
+    height = 0.75 + 1.75 * rows
+    fig = _figure(height, left=0.55, width=min(7.0, 1.0 + 1.75 * cols))
+    with matplotlib.rc_context(_RC):
+        grid = fig.subplots(rows, cols, sharey=True, squeeze=False)
+        for ax in grid.flat[len(axes):]:
+            ax.set_visible(False)
+        for ax, (name, levels) in zip(grid.flat, axes.items(), strict=False):
+            shown = [(p.level, p.pct, p.ci or (p.pct, p.pct), p.control) for p in levels if p.pct is not None]
+            ax.plot([s[0] for s in shown], [s[1] for s in shown], color=ACCENT, linewidth=1.2)
+            for level, pct, (lo, hi), control in shown:
+                ax.errorbar([level], [pct], yerr=[[pct - lo], [hi - pct]], fmt="o", color=NEUTRAL if control else ACCENT,
+                            markersize=4, elinewidth=1, capsize=2)
+            ax.set_title(name, fontsize=8)
+            ax.set_xlabel("level")
+            ax.set_xticks(sorted({p.level for p in levels}))
+            ax.set_ylim(0, 102)
+            ax.grid(alpha=0.3)
+        for ax in grid[:, 0]:
+            ax.set_ylabel("success %")
+        fig.subplots_adjust(hspace=0.6, wspace=0.15, top=1 - 0.3 / height, bottom=0.45 / height)
+    return to_svg(fig)

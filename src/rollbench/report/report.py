@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rollbench.errors import ConfigError, did_you_mean
-from rollbench.report import plots
+from rollbench.report import plots, robustness
 from rollbench.report.html import cards, esc, output_file, page, src, table, write_atomic
 from rollbench.report.runs import LoadedRun, command_line, load_run
 from rollbench.results.log import read_records
@@ -34,7 +34,8 @@ fetched from the network) with the run's summary (overall success and its 95% Wi
 interval, failed units, wall time, throughput), per-task success with intervals, episode
 lengths of successes and failures, throughput and busy workers over time, the videos of
 each task's first episodes (failures first; the files stay in DIR/videos/), the command
-and the package versions. DIR is a rollbench (or lerobot-eval) output directory.
+and the package versions; for a sweep (--eval.perturb), each condition against the
+control, success against each axis's level, and a still of every condition. DIR is a rollbench (or lerobot-eval) output directory.
 
   --output=PATH          where to write the page (default DIR/{REPORT})
   --videos_per_task=N    videos shown per task (default {VIDEOS_PER_TASK}; 0: none)"""
@@ -267,7 +268,7 @@ def _videos_flag(value: str) -> int:
 def render(run: LoadedRun, out: Path, videos_per_task: int = VIDEOS_PER_TASK) -> str:
     """The page's HTML for `run`, with video paths relative to `out`'s directory."""
     body = [
-        *_summary(run), *_tasks(run), *_seeds(run), *_adaptive(run), *_lengths(run), *_throughput(run),
+        *_summary(run), *_tasks(run), *_seeds(run), *robustness.section(run), *_adaptive(run), *_lengths(run), *_throughput(run),
         *_videos(run, out.parent, videos_per_task), *_failed(run), *_reproduce(run),
     ]
     return page(f"rollbench report: {run.describe()}", body)

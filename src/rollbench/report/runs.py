@@ -96,7 +96,7 @@ class LoadedRun:
         return f"{who} on {where}"
 
 
-def _video(root: Path, path: Any) -> str | None:
+def video_in_run(root: Path, path: Any) -> str | None:
     """The video's path relative to `root` when the file is there (lerobot-eval writes
     paths as it was given them: relative to its working directory, or absolute)."""
     if not isinstance(path, str) or not path:
@@ -133,7 +133,7 @@ def _episodes(root: Path, metrics: dict[str, Any], seed_start: int | None) -> tu
     videos: dict[int, str] = {}
     for path in metrics.get("video_paths") or []:
         m = _EPISODE_IN_NAME.search(str(path))
-        rel = _video(root, path)
+        rel = video_in_run(root, path)
         if m and rel:
             videos[int(m.group(1))] = rel
     return tuple(
