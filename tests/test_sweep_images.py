@@ -108,15 +108,19 @@ PUSHT_SWEEP = "--eval.perturb=image.noise=0.2;image.occlusion=0.3;image.jpeg=5;i
 @pytest.mark.lerobot
 def test_a_pusht_image_sweep_of_a_lerobot_checkpoint_does_not_depend_on_what_runs_it(tmp_path: Path, pusht_act: Path) -> None:
     base = ("eval", "--env.type=pusht", "--env.obs_type=pixels_agent_pos", f"--policy.path={pusht_act}",
-            "--eval.n_episodes=2", "--env.episode_length=8", "--eval.report=false", "--eval.max_episodes_rendered=0",
-            PUSHT_SWEEP)
+            "--eval.n_episodes=2", "--env.episode_length=8", PUSHT_SWEEP)
     got = {}
-    for name, flags in {"workers": ("--workers=2",), "lockstep": ("--eval.mode=lockstep", "--eval.isolation=none",
-                                                                   "--eval.batch_size=3")}.items():
+    for name, flags in {"workers": ("--workers=2", "--eval.max_episodes_rendered=1"),
+                        "lockstep": ("--eval.mode=lockstep", "--eval.isolation=none", "--eval.batch_size=3",
+                                     "--eval.report=false", "--eval.max_episodes_rendered=0")}.items():
         res = run_subprocess(*base, *flags, f"--output_dir={tmp_path / name}", timeout=300)
         assert res.rc == 0, res.err
         got[name] = every_episode(tmp_path / name)
     assert got["workers"] == got["lockstep"]
+    # the report's stills: each image condition's filmed frame as its camera sees it
+    page = (tmp_path / "workers" / "report.html").read_text()
+    for axis in ("image.noise", "image.occlusion", "image.jpeg", "image.shift", "image.blur"):
+        assert f"the filmed frame as the policy's camera sees it under {axis}" in page
     assert {v[0] for v in got["workers"].values()} == {"", *(c.id for c in perturb.parse(PUSHT_SWEEP.split("=", 1)[1])[1:])}
 
 

@@ -15,6 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from PIL import Image  # matplotlib's dependency, as report.html's plots are
+
+from rollbench import perturb
 from rollbench.report import conditions, plots
 from rollbench.report.html import esc, table
 from rollbench.report.runs import Episode, LoadedRun, TaskKey
@@ -96,8 +100,9 @@ def _stills(run: LoadedRun) -> Iterator[str]:
         if e is None or e.video is None:
             figures.append(f'<figure><figcaption><b>{esc(cid or "control")}</b><br>not filmed</figcaption></figure>')
             continue
+        image_axes = [name for name, _ in perturb.condition(cid).levels if name in perturb.IMAGE_AXES] if cid else []
         try:
-            uri, t, n = _still(av, run.root / e.video, middle)
+            uri, t, n = _still(av, run.root / e.video, middle, cid if image_axes else None, e.seed)
         except (av.FFmpegError, OSError, IndexError) as err:  # a torn or empty video: say so, draw the rest
             figures.append(f'<figure><figcaption><b>{esc(cid or "control")}</b><br>unreadable video {esc(e.video)}: '
                            f'{esc(err)}</figcaption></figure>')
@@ -106,7 +111,9 @@ def _stills(run: LoadedRun) -> Iterator[str]:
         outcome = '<span class="ok">success</span>' if e.success else '<span class="bad">failure</span>'
         figures.append(f'<figure><img src="{uri}" width="{STILL_PX}" height="{STILL_PX}" alt="{esc(cid or "control")}">'
                        f'<figcaption><b>{esc(cid or "control")}</b> {outcome}<br>t = {t:.2f} s · '
-                       f'episode of {e.n_steps} steps</figcaption></figure>')
+                       f'episode of {e.n_steps} steps'
+                       + ("<br>the filmed frame as the policy's camera sees it under " + esc(", ".join(image_axes))
+                          if image_axes else "") + '</figcaption></figure>')
     name = run.tasks[key].name
     yield (f'<p class="muted">{esc(name)}, episode {episode.index} (seed {episode.seed}) under each condition, at the '
            "time of the middle frame of the control's video (the last frame of a video that ended sooner); "
@@ -114,13 +121,18 @@ def _stills(run: LoadedRun) -> Iterator[str]:
     yield f'<div class="videos">{"".join(figures)}</div>'
 
 
-def _still(av: Any, path: Path, index: int | None) -> tuple[str, float, int]:
+def _still(av: Any, path: Path, index: int | None, cid: str | None = None, seed: int | None = None) -> tuple[str, float, int]:
     """(JPEG data URI, time in s, frames in the video) of frame `index` of the video at `path`
-    (None: its middle frame; the last one when the video is shorter)."""
+    (None: its middle frame; the last one when the video is shorter). With `cid`, the frame
+    goes through that condition's image axes as the episode with `seed` drew them: the video
+    films the simulator, and the image axes act on what the policy sees."""
     with av.open(str(path)) as container:
         frames = list(container.decode(video=0))
     i = len(frames) // 2 if index is None else min(index, len(frames) - 1)
+    image = frames[i].to_image()
+    if cid is not None:
+        image = Image.fromarray(perturb.preview(cid, np.asarray(image.convert("RGB")), seed or 0))
     buf = io.BytesIO()
-    frames[i].to_image().save(buf, format="JPEG", quality=85)
+    image.save(buf, format="JPEG", quality=85)
     uri = "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
     return uri, float(frames[i].time or 0.0), len(frames)
