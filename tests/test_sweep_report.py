@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import load_info, run_subprocess
+from conftest import load_info, per_episode, run_subprocess
 from rollbench.report import compare_runs, load_run, stats, write_report
 from rollbench.report.compare_cmd import text
 from rollbench.report.conditions import axis_levels, split
@@ -153,3 +153,20 @@ def test_a_sweep_against_a_plain_run_compares_the_control_and_says_so(runs: dict
         assert f"{side} is a sweep (--eval.perturb, 3 conditions) and {other} is not: only the control is compared" in cmp.notes
         assert cmp.overall.paired is not None and cmp.overall.paired.n == 12
         assert cmp.overall.paired.only_a == cmp.overall.paired.only_b == 0  # the control is the plain run
+
+
+def test_a_run_against_a_sweep_pairs_with_its_control_only(tmp_path: Path) -> None:
+    """--eval.versus=A where A is a sweep: A's perturbed episodes (episode indices past its
+    control's) are not more of A's episodes; B, running more episodes than A, pairs and stops
+    exactly as against A's plain twin."""
+    base = ("eval", "--env.type=fake", "--policy.type=expert", "--eval.report=false")
+    a_sweep, a_plain = tmp_path / "a_sweep", tmp_path / "a_plain"
+    assert run_subprocess(*base, "--eval.n_episodes=20", "--eval.perturb=action.noise=3", f"--output_dir={a_sweep}").rc == 0
+    assert run_subprocess(*base, "--eval.n_episodes=20", f"--output_dir={a_plain}").rc == 0
+    got = {}
+    for name, a in (("vs_sweep", a_sweep), ("vs_plain", a_plain)):
+        res = run_subprocess(*base, "--eval.n_episodes=60", "--policy.action_noise=3", f"--eval.versus={a}",
+                             f"--output_dir={tmp_path / name}")
+        assert res.rc == 0, res.err
+        got[name] = (per_episode(tmp_path / name), [t.get("stop") for t in load_info(tmp_path / name)["per_task"]])
+    assert got["vs_sweep"] == got["vs_plain"]
