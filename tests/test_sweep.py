@@ -4,6 +4,7 @@ the control keeps LeRobot's keys; bad input is one line before any episode."""
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import load_info, per_episode, run_subprocess
+from rollbench import perturb
 from rollbench.cli import config_from_flags
 from rollbench.plan import plan_for
 from rollbench.policies.base import Policy
@@ -113,6 +115,7 @@ def test_a_delay_of_k_steps_feeds_the_policy_the_observation_of_k_steps_before()
     ("--eval.perturb=action.latency=1.5", "level 1.5 of action.latency is not a whole number of steps"),
     ("--eval.perturb=language.drop=2", "language.drop takes 0 or 1"),
     ("--eval.perturb=action.noise", "expected AXIS=LEVEL[,LEVEL...]"),
+    ("--eval.perturb=action.noise=0.1,0.2&action.latency=1", "a crossed condition (AXIS=L&AXIS=L) takes one level per axis"),
 ])
 def test_bad_sweeps_are_one_line_before_any_episode(tmp_path: Path, flag: str, words: str) -> None:
     res = run_subprocess("eval", "--env.type=fake", "--policy.type=expert", flag, f"--output_dir={tmp_path / 'o'}", timeout=60)
@@ -175,3 +178,95 @@ def test_the_chunking_expert_holds_each_planned_action(tmp_path: Path) -> None:
     assert per_episode(plain) == runs[1] != runs[4]
     res = run_subprocess(*BASE[:4], "--policy.chunk_size=0", f"--output_dir={tmp_path / 'bad'}")
     assert res.rc == 2 and "--policy.chunk_size=0 is not allowed; it must be a whole number >= 1" in res.err, res.err
+
+
+SWEEP_JSON = {"axes": {"action.noise": [0.3, 1.5]}, "grid": {"action.latency": [0, 2], "state.noise": [0, 0.4]},
+              "conditions": [{"action.noise": 0.3, "language.drop": 1}]}
+SWEEP_TOML = """
+[axes]
+"action.noise" = [0.3, 1.5]
+
+[grid]  # every combination
+"action.latency" = [0, 2]
+"state.noise" = [0, 0.4]
+
+[[conditions]]
+"action.noise" = 0.3
+"language.drop" = 1
+"""
+FILE_CONDITIONS = ["", "action.noise=0.3", "action.noise=1.5", "state.noise=0.4", "action.latency=2",
+                   "action.latency=2&state.noise=0.4", "action.noise=0.3&language.drop=1"]
+
+
+def test_a_sweep_file_crosses_axes_and_its_run_is_the_flag_s(tmp_path: Path) -> None:
+    """A sweep file (JSON or TOML): axes one at a time, a grid of every combination, listed
+    conditions; its run is the run of the same --eval.perturb spec, and records the spec."""
+    (tmp_path / "s.json").write_text(json.dumps(SWEEP_JSON))
+    (tmp_path / "s.toml").write_text(SWEEP_TOML)
+    assert [c.id for c in perturb.parse(perturb.sweep_file(str(tmp_path / "s.json")))] == FILE_CONDITIONS
+    assert perturb.sweep_file(str(tmp_path / "s.toml")) == perturb.sweep_file(str(tmp_path / "s.json"))
+    common = ("eval", "--env.type=fake", "--policy.type=expert", "--eval.n_episodes=3", "--workers=1")
+    res = run_subprocess(*common, f"--eval.sweep={tmp_path / 's.toml'}", f"--output_dir={tmp_path / 'file'}")
+    assert res.rc == 0, res.err
+    spec = "action.noise=0.3,1.5;action.latency=2&state.noise=0.4;state.noise=0.4;action.latency=2;language.drop=1&action.noise=0.3"
+    res = run_subprocess(*common, f"--eval.perturb={spec}", f"--output_dir={tmp_path / 'flag'}")
+    assert res.rc == 0, res.err
+    info = load_info(tmp_path / "file")
+    assert sorted(c["condition"] for c in info["per_condition"]) == sorted(FILE_CONDITIONS)
+    crossed = next(c for c in info["per_condition"] if c["condition"] == "action.latency=2&state.noise=0.4")
+    assert crossed["axes"] == {"action.latency": 2.0, "state.noise": 0.4}
+    by_cond = {}
+    for run in ("file", "flag"):
+        by_cond[run] = {(r.condition, r.task, r.seed): r.outcome() for r in read_records(tmp_path / run)}
+    assert by_cond["file"] == by_cond["flag"]
+    assert ";" not in "".join(k[0] for k in by_cond["file"])
+    # the run recorded the spec, not the file: a rerun of its config needs no file
+    assert "action.latency=2&state.noise=0.4" in load_info(tmp_path / "file")["config"]["eval"]["perturb"]
+
+
+def test_crossed_axes_apply_together() -> None:
+    cfg = config_from_flags({"env.type": "fake", "policy.type": "expert", "eval.n_episodes": "1",
+                             "eval.perturb": "action.latency=2&state.noise=0.5", "output_dir": "/nonexistent"})
+    ctx = StepContext(cfg.env, cfg.policy, cfg.seed)
+    seen: list[float] = []
+
+    class Echo(Policy):
+        def act(self, batch, slots):
+            seen.append(float(batch["observation.state"][0][0]))
+            return np.zeros((len(slots), 2))
+
+    unit = next(u for u in plan_for(cfg) if u.condition)
+    assert unit.condition == "action.latency=2&state.noise=0.5"
+    ctx.reset(Echo(), [0], [ctx.episode_start(unit)])
+    for t in range(6):
+        ctx.act(Echo(), {"agent_pos": np.array([[10.0 * t, 0.0]]), "environment_state": np.zeros((1, 4))}, [0], ["x"])
+    delayed = [0, 0, 0, 10, 20, 30]
+    assert all(abs(s - d) < 3 for s, d in zip(seen, delayed, strict=True)) and seen != delayed
+
+
+def test_resuming_with_another_sweep_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    first = ("eval", "--env.type=fake", "--policy.type=expert", "--eval.n_episodes=2", f"--output_dir={out}")
+    assert run_subprocess(*first, "--eval.perturb=action.noise=0.3").rc == 0
+    res = run_subprocess(*first, "--eval.perturb=state.noise=0.4")
+    assert res.rc == 2 and "conditions" in res.err and "--output_dir" in res.err, res.err
+
+
+@pytest.mark.parametrize("content,words", [
+    (None, "cannot read it"),
+    ("{not json", "not valid JSON"),
+    ('{"axis": {"action.noise": [0.1]}}', "expected a table with axes, grid, conditions; got ['axis']"),
+    ('{"axes": {"action.nosie": [0.1]}}', "unknown axis 'action.nosie'. Did you mean 'action.noise'?"),
+    ('{"grid": {"action.noise": ["a"]}}', "grid.action.noise = ['a']; expected a number or a list of numbers"),
+    ('{"conditions": [{"action.latency": 1.5}]}', "level 1.5 of action.latency is not a whole number"),
+])
+def test_a_bad_sweep_file_is_one_line_naming_it(tmp_path: Path, content: str | None, words: str) -> None:
+    path = tmp_path / "sweep.json"
+    if content is not None:
+        path.write_text(content)
+    res = run_subprocess("eval", "--env.type=fake", "--policy.type=expert", f"--eval.sweep={path}",
+                         f"--output_dir={tmp_path / 'o'}", timeout=60)
+    assert res.rc == 2, res.err
+    assert res.err.strip().splitlines() == [res.err.strip()], res.err
+    assert f"--eval.sweep={path}" in res.err and words in res.err, res.err
+    assert not (tmp_path / "o").exists()

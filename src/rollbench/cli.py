@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollbench import __version__
+from rollbench import __version__, perturb
 from rollbench.config import codec
 from rollbench.config.env import BENCHMARKS
 from rollbench.config.eval import EvalConfig
@@ -89,8 +89,18 @@ def default_output_dir(env_type: str, policy_type: str, job_name: str | None = N
     return os.path.join("outputs", "eval", now.strftime("%Y-%m-%d"), f"{now.strftime('%H-%M-%S')}_{name}")
 
 
+#: --eval.sweep is read where the flags are: it becomes --eval.perturb's spec, which the run records
+SWEEP_HELP = ("--eval.sweep", "path, default none",
+              "a robustness sweep file (JSON, or TOML): 'axes' (one at a time, as --eval.perturb), 'grid' (every "
+              "combination of the levels) and 'conditions' (axes at once); joined to --eval.perturb's conditions "
+              "(docs/robustness.md)")
+
+
 def config_from_flags(flags: dict[str, str]) -> RunConfig:
     flags = dict(flags)
+    if "eval.sweep" in flags:  # the file's conditions join --eval.perturb's, as a spec: no process reads it again
+        spec = perturb.sweep_file(flags.pop("eval.sweep"))
+        flags["eval.perturb"] = ";".join(filter(None, (flags.get("eval.perturb", ""), spec)))
     if "rename_map" in flags:  # lerobot-eval's top-level flag; it shapes what the policy sees
         if "policy.rename_map" in flags:
             raise ConfigError("--rename_map and --policy.rename_map are the same flag; give one")
@@ -183,7 +193,7 @@ def eval_help() -> str:
         _rows([r for r in field_help(RunConfig, "") if r[0] not in ("--env", "--policy", "--eval", "--tune", "--ray")]),
         "",
         "eval:",
-        _rows(field_help(EvalConfig, "eval.")),
+        _rows([*field_help(EvalConfig, "eval."), SWEEP_HELP]),
         "",
         "tune (rollbench tune, and eval --workers=auto):",
         _rows(field_help(TuneConfig, "tune.")),

@@ -38,10 +38,13 @@ from __future__ import annotations
 
 import functools
 import io
+import itertools
+import json
 import zlib
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -97,14 +100,21 @@ IMAGE_AXES = ("image.shift", "image.occlusion", "image.brightness", "image.contr
 
 @dataclass(frozen=True)
 class Condition:
-    """Axis levels away from rest; none is the control."""
+    """Axis levels away from rest, in AXES's order; none is the control."""
 
     levels: tuple[tuple[str, float], ...] = ()
 
+    @classmethod
+    def of(cls, levels: Mapping[str, float]) -> Condition:
+        """The condition of `levels` (those at rest dropped), whatever order they came in."""
+        order = list(AXES)
+        return cls(tuple(sorted(((n, v) for n, v in levels.items() if v != AXES[n].neutral), key=lambda nv: order.index(nv[0]))))
+
     @property
     def id(self) -> str:
-        """"" for the control, else "axis=level;axis=level" (what the log and eval_info.json say)."""
-        return ";".join(f"{name}={value:g}" for name, value in self.levels)
+        """"" for the control, "axis=level" for one axis, "axis=level&axis=level" for a crossed
+        condition (what the log and eval_info.json say)."""
+        return "&".join(f"{name}={value:g}" for name, value in self.levels)
 
     def get(self, axis: str) -> float:
         return dict(self.levels).get(axis, AXES[axis].neutral)
@@ -117,28 +127,105 @@ CONTROL = Condition()
 
 
 def parse(spec: str, flag: str = "--eval.perturb") -> list[Condition]:
-    """The conditions of `spec` ("AXIS=L1,L2;AXIS=..."): the control first, then each axis's
-    levels in the order given (a level at rest is the control, not a condition of its own)."""
+    """The conditions of `spec`: the control first, then, in the order given, each level of a
+    part "AXIS=L1,L2" (one axis away from rest, the others at rest), or the one condition of a
+    crossed part "AXIS=L&AXIS=L" (every named axis at its level at once). Parts are joined by
+    ";". A level at rest is the control, not a condition of its own; a condition given twice
+    runs once."""
     conditions = [CONTROL]
     seen_axes: set[str] = set()
+
+    def add(cond: Condition) -> None:
+        if cond not in conditions:
+            conditions.append(cond)
+
     for part in filter(None, (p.strip() for p in spec.split(";"))):
-        name, eq, levels = part.partition("=")
-        name = name.strip()
-        if not eq or not levels.strip():
-            raise ConfigError(f"{flag}={part!r}: expected AXIS=LEVEL[,LEVEL...], e.g. action.noise=0,0.2,0.5")
-        if name not in AXES:
-            hint = did_you_mean(name, sorted(AXES))
-            raise ConfigError(f"{flag}: unknown axis {name!r}.{hint} Axes: {', '.join(AXES)}")
+        if "&" in part:
+            levels: dict[str, float] = {}
+            for item in (x.strip() for x in part.split("&")):
+                name, raw = _axis_and_levels(item, flag)
+                if "," in raw:
+                    raise ConfigError(f"{flag}={part!r}: a crossed condition (AXIS=L&AXIS=L) takes one level per axis; "
+                                      f"every combination of several levels is a sweep file's grid (--eval.sweep)")
+                if name in levels:
+                    raise ConfigError(f"{flag}={part!r}: axis {name} is given twice in one crossed condition")
+                levels[name] = AXES[name].level(raw.strip(), flag)
+            add(Condition.of(levels))
+            continue
+        name, raw = _axis_and_levels(part, flag)
         if name in seen_axes:
             raise ConfigError(f"{flag}: axis {name} is given twice; list all its levels once: {name}=L1,L2")
         seen_axes.add(name)
-        axis = AXES[name]
-        for raw in levels.split(","):
-            value = axis.level(raw.strip(), flag)
-            cond = CONTROL if value == axis.neutral else Condition(((name, value),))
-            if cond not in conditions:
-                conditions.append(cond)
+        for value in raw.split(","):
+            add(Condition.of({name: AXES[name].level(value.strip(), flag)}))
     return conditions
+
+
+def _axis_and_levels(part: str, flag: str) -> tuple[str, str]:
+    name, eq, levels = part.partition("=")
+    name = name.strip()
+    if not eq or not levels.strip():
+        raise ConfigError(f"{flag}={part!r}: expected AXIS=LEVEL[,LEVEL...], e.g. action.noise=0,0.2,0.5")
+    if name not in AXES:
+        hint = did_you_mean(name, sorted(AXES))
+        raise ConfigError(f"{flag}: unknown axis {name!r}.{hint} Axes: {', '.join(AXES)}")
+    return name, levels
+
+
+SWEEP_KEYS = ("axes", "grid", "conditions")
+
+
+def sweep_file(path: str) -> str:
+    """The `--eval.perturb` spec of sweep file `path` (JSON, or TOML on Python 3.11+):
+
+        axes:        {AXIS: [levels]}   one axis at a time, as --eval.perturb=AXIS=L1,L2
+        grid:        {AXIS: [levels]}   every combination of the levels (a full factorial)
+        conditions:  [{AXIS: level}]    each one condition, its axes at once
+
+    Resolved once, where the flags are read: the run records the spec, so its shards,
+    resume and merge never read the file again."""
+    flag = f"--eval.sweep={path}"
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ConfigError(f"{flag}: cannot read it ({err.strerror or err})") from None
+    try:
+        if path.endswith(".toml"):
+            try:
+                import tomllib  # Python 3.11+
+            except ImportError:
+                raise ConfigError(f"{flag}: reading TOML needs Python 3.11 or later; write the sweep as JSON") from None
+            data = tomllib.loads(text)
+        else:
+            data = json.loads(text)
+    except ValueError as err:  # json.JSONDecodeError and tomllib.TOMLDecodeError are ValueErrors
+        raise ConfigError(f"{flag}: not valid {'TOML' if path.endswith('.toml') else 'JSON'} ({err})") from None
+    if not isinstance(data, dict) or not data or set(data) - set(SWEEP_KEYS):
+        extra = sorted(set(data) - set(SWEEP_KEYS)) if isinstance(data, dict) else type(data).__name__
+        raise ConfigError(f"{flag}: expected a table with {', '.join(SWEEP_KEYS)}; got {extra or 'an empty one'}")
+
+    def levels_of(section: str, name: str, value: Any) -> list[str]:
+        values = value if isinstance(value, list) else [value]
+        if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            raise ConfigError(f"{flag}: {section}.{name} = {value!r}; expected a number or a list of numbers")
+        return [str(v) for v in values]
+
+    def table(section: str, value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{flag}: {section} = {value!r}; expected a table of AXIS = levels")
+        return value
+
+    parts = [f"{name}={','.join(levels_of('axes', name, v))}" for name, v in table("axes", data.get("axes", {})).items()]
+    grid = {name: levels_of("grid", name, v) for name, v in table("grid", data.get("grid", {})).items()}
+    parts += ["&".join(f"{n}={v}" for n, v in zip(grid, combo, strict=True)) for combo in itertools.product(*grid.values())]
+    listed = data.get("conditions", [])
+    if not isinstance(listed, list):
+        raise ConfigError(f"{flag}: conditions = {listed!r}; expected a list of tables AXIS = level")
+    for i, cond in enumerate(listed):
+        parts.append("&".join(f"{n}={levels_of(f'conditions[{i}]', n, v)[0]}" for n, v in table(f"conditions[{i}]", cond).items()))
+    spec = ";".join(p for p in parts if p)
+    parse(spec, flag)  # every axis and level checked here, named with the file
+    return spec
 
 
 @functools.cache
@@ -146,11 +233,11 @@ def condition(cid: str) -> Condition:
     """The condition whose id is `cid` (as a unit carries it)."""
     if not cid:
         return CONTROL
-    levels = []
-    for part in cid.split(";"):
+    levels = {}
+    for part in cid.split("&"):
         name, _, value = part.partition("=")
-        levels.append((name, AXES[name].level(value, "condition")))
-    return Condition(tuple(levels))
+        levels[name] = AXES[name].level(value, "condition")
+    return Condition.of(levels)
 
 
 def _stream(seed: int, cid: str, axis: str, step: int) -> np.random.Generator:

@@ -127,4 +127,6 @@ class RunConfig:
             "seed": self.seed,
             **({"seeds": list(self.seeds)} if len(self.seeds) > 1 else {}),
             "n_episodes": self.eval.n_episodes,
+            # a sweep's conditions decide which episode index is which condition's episode
+            **({"conditions": list(self.eval.conditions)} if len(self.eval.conditions) > 1 else {}),
         }
