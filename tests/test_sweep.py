@@ -270,3 +270,44 @@ def test_a_bad_sweep_file_is_one_line_naming_it(tmp_path: Path, content: str | N
     assert res.err.strip().splitlines() == [res.err.strip()], res.err
     assert f"--eval.sweep={path}" in res.err and words in res.err, res.err
     assert not (tmp_path / "o").exists()
+
+
+PARAPHRASES = {"near": ["go to the close target", "reach it"], "reach a mid target": ["move to the middle goal", "mid"],
+               "far": ["head for the distant target", "far one, please"]}
+
+
+def test_paraphrases_replace_the_instruction_wherever_the_policy_runs(tmp_path: Path) -> None:
+    """language.paraphrase=k: every episode's reset and every call get the task's k-th
+    paraphrase (by task name or instruction), in the workers as in the driver; the table is
+    read once into the run's config."""
+    (tmp_path / "p.json").write_text(json.dumps(PARAPHRASES))
+    common = ("eval", "--env.type=fake", "--policy.type=module", "--policy.path=helpers_sweep_policies:instruction_driven",
+              "--eval.n_episodes=2", "--eval.perturb=language.paraphrase=1,2;language.drop=1")
+    got = {}
+    for name, flags in {"workers": ("--workers=2", f"--eval.paraphrases={tmp_path / 'p.json'}"),
+                        "here": ("--eval.mode=lockstep", "--eval.isolation=none", f"--eval.paraphrases={json.dumps(PARAPHRASES)}")
+                        }.items():
+        res = run_subprocess(*common, *flags, f"--output_dir={tmp_path / name}", timeout=300)
+        assert res.rc == 0, res.err
+        got[name] = every_episode(tmp_path / name)
+    assert got["workers"] == got["here"]
+    rewards = {c: sorted(v[3] for v in got["workers"].values() if v[0] == c)
+               for c in ("", "language.paraphrase=1", "language.paraphrase=2", "language.drop=1")}
+    assert len({tuple(r) for r in rewards.values()}) == 4, rewards  # four instructions, four sets of episodes
+    config = load_info(tmp_path / "workers")["config"]["eval"]
+    assert json.loads(config["paraphrases"]) == PARAPHRASES
+
+
+@pytest.mark.parametrize("flags,words", [
+    (("--eval.perturb=language.paraphrase=1",), "language.paraphrase needs --eval.paraphrases=FILE"),
+    (("--eval.perturb=language.paraphrase=3", f"--eval.paraphrases={json.dumps(PARAPHRASES)}"),
+     "language.paraphrase=3 needs at least 3 paraphrases of task 'near' ('reach a near target') in --eval.paraphrases; it has 2 paraphrases"),
+    (("--eval.perturb=language.paraphrase=1", '--eval.paraphrases={"near": "one"}'), "expected a table of a task's name"),
+    (("--eval.perturb=language.paraphrase=1", "--eval.paraphrases=/nonexistent.json"), "--eval.paraphrases=/nonexistent.json: cannot read it"),
+])
+def test_bad_paraphrases_are_one_line_before_any_episode(tmp_path: Path, flags: tuple[str, ...], words: str) -> None:
+    res = run_subprocess("eval", "--env.type=fake", "--policy.type=expert", *flags, f"--output_dir={tmp_path / 'o'}", timeout=60)
+    assert res.rc == 2, res.err
+    assert res.err.strip().splitlines() == [res.err.strip()], res.err
+    assert words in res.err, res.err
+    assert not (tmp_path / "o").exists()

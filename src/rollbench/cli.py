@@ -101,6 +101,8 @@ def config_from_flags(flags: dict[str, str]) -> RunConfig:
     if "eval.sweep" in flags:  # the file's conditions join --eval.perturb's, as a spec: no process reads it again
         spec = perturb.sweep_file(flags.pop("eval.sweep"))
         flags["eval.perturb"] = ";".join(filter(None, (flags.get("eval.perturb", ""), spec)))
+    if flags.get("eval.paraphrases"):  # read once, too: the run records the table
+        flags["eval.paraphrases"] = perturb.read_paraphrases(flags["eval.paraphrases"])
     if "rename_map" in flags:  # lerobot-eval's top-level flag; it shapes what the policy sees
         if "policy.rename_map" in flags:
             raise ConfigError("--rename_map and --policy.rename_map are the same flag; give one")

@@ -21,6 +21,8 @@ Axes (generic: every benchmark that has what they act on):
                      state the policy sees (observation.state, observation.environment_state)
     language.drop    1: the task's instruction is removed (the policy's task string and the
                      episode's description are empty)
+    language.paraphrase  k: the instruction is the k-th paraphrase of the task's in the table
+                     --eval.paraphrases gives (by task name or instruction)
 
     image.*          every camera image the policy sees (observation.image, observation.images.*),
                      applied as a camera would degrade them, in this order: image.shift (the frame
@@ -50,6 +52,12 @@ from typing import Any
 import numpy as np
 
 from rollbench.errors import ConfigError, did_you_mean
+
+tomllib: Any
+try:
+    import tomllib
+except ImportError:  # Python 3.10: sweep and paraphrase files in JSON only
+    tomllib = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,7 @@ AXES: dict[str, Axis] = {a.name: a for a in (
     Axis("action.latency", "control steps between an observation and the action the policy chose on it", True, 0, 1000, 0),
     Axis("state.noise", "standard deviation of Gaussian noise added to the state vectors", False, 0.0, 100.0, 0.0),
     Axis("language.drop", "1 removes the task's instruction", True, 0, 1, 0),
+    Axis("language.paraphrase", "k gives the k-th paraphrase of the task's instruction from --eval.paraphrases", True, 0, 1000, 0),
     Axis("image.noise", "standard deviation of Gaussian pixel noise, as a fraction of the pixel range", False, 0.0, 1.0, 0.0),
     Axis("image.blur", "sigma of a Gaussian blur, in pixels", False, 0.0, 50.0, 0.0),
     Axis("image.brightness", "factor on every pixel; 1 at rest", False, 0.0, 10.0, 1.0),
@@ -175,6 +184,21 @@ def _axis_and_levels(part: str, flag: str) -> tuple[str, str]:
 SWEEP_KEYS = ("axes", "grid", "conditions")
 
 
+def _read_table(path: str, flag: str) -> Any:
+    """The JSON (or, for a .toml name, TOML) file at `path`, or a one-line ConfigError naming `flag`."""
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ConfigError(f"{flag}: cannot read it ({err.strerror or err})") from None
+    toml = path.endswith(".toml")
+    if toml and tomllib is None:
+        raise ConfigError(f"{flag}: reading TOML needs Python 3.11 or later; write it as JSON")
+    try:
+        return tomllib.loads(text) if toml else json.loads(text)
+    except ValueError as err:  # json.JSONDecodeError and tomllib.TOMLDecodeError are ValueErrors
+        raise ConfigError(f"{flag}: not valid {'TOML' if toml else 'JSON'} ({err})") from None
+
+
 def sweep_file(path: str) -> str:
     """The `--eval.perturb` spec of sweep file `path` (JSON, or TOML on Python 3.11+):
 
@@ -185,21 +209,7 @@ def sweep_file(path: str) -> str:
     Resolved once, where the flags are read: the run records the spec, so its shards,
     resume and merge never read the file again."""
     flag = f"--eval.sweep={path}"
-    try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise ConfigError(f"{flag}: cannot read it ({err.strerror or err})") from None
-    try:
-        if path.endswith(".toml"):
-            try:
-                import tomllib  # Python 3.11+
-            except ImportError:
-                raise ConfigError(f"{flag}: reading TOML needs Python 3.11 or later; write the sweep as JSON") from None
-            data = tomllib.loads(text)
-        else:
-            data = json.loads(text)
-    except ValueError as err:  # json.JSONDecodeError and tomllib.TOMLDecodeError are ValueErrors
-        raise ConfigError(f"{flag}: not valid {'TOML' if path.endswith('.toml') else 'JSON'} ({err})") from None
+    data = _read_table(path, flag)
     if not isinstance(data, dict) or not data or set(data) - set(SWEEP_KEYS):
         extra = sorted(set(data) - set(SWEEP_KEYS)) if isinstance(data, dict) else type(data).__name__
         raise ConfigError(f"{flag}: expected a table with {', '.join(SWEEP_KEYS)}; got {extra or 'an empty one'}")
@@ -240,6 +250,45 @@ def condition(cid: str) -> Condition:
     return Condition.of(levels)
 
 
+@functools.cache
+def paraphrase_table(spec: str) -> dict[str, tuple[str, ...]]:
+    """--eval.paraphrases as the run holds it (JSON: a task's name or instruction -> its
+    paraphrases), checked: a one-line ConfigError naming the flag for anything else."""
+    flag = "--eval.paraphrases"
+    try:
+        data = json.loads(spec)
+    except ValueError as err:
+        raise ConfigError(f"{flag}: not valid JSON ({err})") from None
+    if not isinstance(data, dict) or not all(
+        isinstance(v, list) and v and all(isinstance(x, str) and x.strip() for x in v) for v in data.values()
+    ):
+        raise ConfigError(f"{flag}: expected a table of a task's name or instruction -> a list of non-empty paraphrases, "
+                          f'e.g. {{"pick up the cup": ["grab the cup", "lift the mug"]}}')
+    return {str(k): tuple(v) for k, v in data.items()}
+
+
+def read_paraphrases(value: str) -> str:
+    """--eval.paraphrases=FILE (JSON, or TOML on Python 3.11+) or inline JSON -> the JSON the
+    run records (read once, like --eval.sweep)."""
+    inline = value.lstrip().startswith("{")
+    table = paraphrase_table(value if inline else json.dumps(_read_table(value, f"--eval.paraphrases={value}")))
+    return json.dumps(table, sort_keys=True)
+
+
+def instruction(cond: Condition, table_spec: str, task: str, description: str) -> str | None:
+    """The instruction condition `cond` gives the episode of `task` (None: the task's own)."""
+    k = int(cond.get("language.paraphrase"))
+    if not k:
+        return None
+    table = paraphrase_table(table_spec) if table_spec else {}
+    found = table.get(task) or table.get(description)
+    if found is None or len(found) < k:
+        have = f"{len(found)} paraphrases" if found else "no paraphrases"
+        raise ConfigError(f"--eval.perturb: language.paraphrase={k} needs at least {k} paraphrases of task {task!r} "
+                          f"({description!r}) in --eval.paraphrases; it has {have}")
+    return found[k - 1]
+
+
 def _stream(seed: int, cid: str, axis: str, step: int) -> np.random.Generator:
     """The draws of `axis` at `step` of the episode with `seed` under condition `cid`."""
     return np.random.default_rng([seed & 0xFFFFFFFF, zlib.crc32(cid.encode()), zlib.crc32(axis.encode()), step])
@@ -252,7 +301,8 @@ class Perturber:
     and is made again sees the same), `outputs` the action the env gets; then `advance`
     commits the step."""
 
-    def __init__(self, cond: Condition, seed: int, action_bounds: tuple[np.ndarray, np.ndarray] | None) -> None:
+    def __init__(self, cond: Condition, seed: int, action_bounds: tuple[np.ndarray, np.ndarray] | None,
+                 instruction: str | None = None) -> None:
         self.cid = cond.id
         self.seed = seed
         self.bounds = action_bounds
@@ -260,6 +310,7 @@ class Perturber:
         self.state_noise = cond.get("state.noise")
         self.action_noise = cond.get("action.noise")
         self.drop_language = bool(cond.get("language.drop"))
+        self.instruction = instruction  # language.paraphrase: the one the policy gets instead
         self.image = {name: cond.get(name) for name in IMAGE_AXES if cond.get(name) != AXES[name].neutral}
         self.step = 0
         self.history: deque[Mapping[str, Any]] = deque(maxlen=self.latency)
@@ -282,7 +333,9 @@ class Perturber:
         return out
 
     def prompt(self, text: str) -> str:
-        return "" if self.drop_language else text
+        if self.drop_language:
+            return ""
+        return text if self.instruction is None else self.instruction
 
     def outputs(self, action: np.ndarray) -> np.ndarray:
         if not self.action_noise:

@@ -63,6 +63,11 @@ class EvalConfig:
         "image.contrast, image.occlusion, image.jpeg, image.shift); every task runs --eval.n_episodes under "
         "the control and under each level, on the control's seeds (docs/robustness.md)",
     )
+    paraphrases: str = opt(
+        "",
+        "language.paraphrase's table: a JSON or TOML file (or inline JSON) of a task's name or instruction -> its "
+        "paraphrases; language.paraphrase=k gives each episode the k-th (docs/robustness.md)",
+    )
     max_parallel_tasks: int = opt(
         1, "lockstep mode: tasks run at once (threads), each with a shallow policy copy (shared weights)"
     )
@@ -118,8 +123,13 @@ class EvalConfig:
                          self.recording_repo_id), ("--eval.recording_root", self.recording_root),
                          ("--eval.recording_private", self.recording_private)) if v)
             raise ConfigError(f"{given} belongs to a recorded run; add --eval.recording=true")
+        if self.paraphrases:
+            perturb.paraphrase_table(self.paraphrases)
         if self.perturb:
-            self.conditions  # noqa: B018 (parses: a bad axis or level is refused here)
+            paraphrased = any(perturb.condition(c).get("language.paraphrase") for c in self.conditions)  # parses them
+            if paraphrased and not self.paraphrases:
+                raise ConfigError("--eval.perturb: language.paraphrase needs --eval.paraphrases=FILE, the paraphrases of "
+                                  "each task's instruction")
             if self.ci_width is not None or self.versus is not None:
                 raise ConfigError(f"--eval.perturb with {'--eval.ci_width' if self.ci_width is not None else '--eval.versus'}: "
                                   f"adaptive stopping per condition is not built yet; run the sweep without it")

@@ -129,4 +129,5 @@ class RunConfig:
             "n_episodes": self.eval.n_episodes,
             # a sweep's conditions decide which episode index is which condition's episode
             **({"conditions": list(self.eval.conditions)} if len(self.eval.conditions) > 1 else {}),
+            **({"paraphrases": self.eval.paraphrases} if "language.paraphrase=" in self.eval.perturb else {}),
         }

@@ -104,6 +104,7 @@ class RolloutActor:
         spec = WorkerSpec(
             index=0, n_slots=n_slots, benchmark=cfg.env, policy=cfg.policy, layout=None, buffer_path=path,
             log_path=os.devnull, gl_backend=gl_backend, video=video_plan(cfg), record_mode=cfg.eval.record_mode,
+            paraphrases=cfg.eval.paraphrases,
         )
         self.inbox = _Inbox()
         self.worker = Worker(spec, self.inbox)

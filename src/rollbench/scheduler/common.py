@@ -80,6 +80,7 @@ class StepContext:
     benchmark: BenchmarkConfig
     policy_config: PolicyConfig
     seed: int | None = None  # the run's --seed, for policies seeded as lerobot-eval seeds them
+    paraphrases: str = ""  # --eval.paraphrases (JSON): language.paraphrase's table
     #: the calls `act` made in this process (a worker's reach the driver in its reports)
     counts: PolicyCalls = field(default_factory=PolicyCalls, compare=False)
     #: --eval.perturb: the condition of each slot's episode, where it is not the control
@@ -120,12 +121,22 @@ class StepContext:
         self.watches[key] = (ref, watch if len(watch) else None)
         return self.watches[key][1]
 
+    def instruction(self, cid: str, task: str) -> str | None:
+        """The instruction condition `cid` gives an episode of `task`: "" under language.drop,
+        a paraphrase under language.paraphrase, None for the task's own."""
+        if not cid:
+            return None
+        cond = perturb.condition(cid)
+        if cond.get("language.drop"):
+            return ""
+        return perturb.instruction(cond, self.paraphrases, task, self.benchmark.task_description(task))
+
     def episode_start(self, unit: EpisodeUnit) -> EpisodeStart:
-        dropped = bool(unit.condition) and bool(perturb.condition(unit.condition).get("language.drop"))
+        given = self.instruction(unit.condition, unit.task)
         return EpisodeStart(
             task_group=unit.task_group,
             task=unit.task,
-            description="" if dropped else self.benchmark.task_description(unit.task),
+            description=self.benchmark.task_description(unit.task) if given is None else given,
             episode_index=unit.env_index,
             seed=unit.seed,
             condition=unit.condition,
@@ -170,7 +181,7 @@ class StepContext:
         if cond.get("action.noise") and not box:
             raise ConfigError(f"--eval.perturb: action.noise adds Gaussian noise to continuous actions; the actions of "
                               f"--env.type={self.benchmark.type_name} are {space}")
-        return Perturber(cond, start.seed, (space.low, space.high) if box else None)
+        return Perturber(cond, start.seed, (space.low, space.high) if box else None, self.instruction(start.condition, start.task))
 
     def policy_batch(self, obs: Any, pre: Any, features: dict[str, Any] | None = None) -> dict[str, Any]:
         """Observations (as the env returned them, batched) as a policy sees them: LeRobot

@@ -181,6 +181,7 @@ class WorkerPool:
             policy=self.ctx.policy_config if self.opts.placement == "worker" else None,
             layout=self.layout, buffer_path=path, log_path=str(log_path), gl_backend=self.opts.gl_backend,
             video=self.opts.video, record_mode=self.opts.record_mode, threads=self.opts.worker_threads,
+            paraphrases=self.ctx.paraphrases,
         )
         with open(log_path, "a", encoding="utf-8") as fh:
             fh.write(f"--- worker {index} starting at {time.strftime('%H:%M:%S')} ---\n")

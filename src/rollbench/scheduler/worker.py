@@ -58,6 +58,7 @@ class WorkerSpec:
     env_cache: int = 4  # idle envs kept per worker, across tasks
     record_mode: str | None = None  # --eval.recording: keep the frames of these episodes (rollout.RECORD_MODES)
     threads: int = 1  # OpenMP and torch intra-op threads of this worker (`Schedule.worker_threads`)
+    paraphrases: str = ""  # --eval.paraphrases, for language.paraphrase's episodes a policy here acts in
 
 
 @dataclass
@@ -108,7 +109,7 @@ class Worker:
         self.slots = [Slot() for _ in range(spec.n_slots)]
         self.idle_envs: OrderedDict[int, tuple[str, Any]] = OrderedDict()
         self.buffer = SlotBuffer(spec.layout, spec.n_slots, spec.buffer_path)
-        self.ctx = StepContext(spec.benchmark, spec.policy) if spec.policy is not None else None
+        self.ctx = StepContext(spec.benchmark, spec.policy, paraphrases=spec.paraphrases) if spec.policy is not None else None
         self.policy = self.ctx.make_policy() if self.ctx is not None else None
         self.base_slot = spec.index * spec.n_slots
         self.videos = VideoRecorder() if spec.video is not None else None
