@@ -85,7 +85,7 @@ def checked_plan(cfg: RunConfig) -> list[EpisodeUnit]:
         precheck(cfg)
     if cfg.eval.perturb:  # an axis the benchmark has nothing for: refused before any episode
         perturb.check_benchmark(perturb.parse(cfg.eval.perturb), cfg.env.features, cfg.env.type_name,
-                                StepContext(cfg.env, cfg.policy).action_space)
+                                StepContext(cfg.env, cfg.policy).action_space, cfg.env.native_axes)
     return plan_for(cfg)
 
 
