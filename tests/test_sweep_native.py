@@ -75,6 +75,15 @@ def test_metaworld_native_levels_change_the_frame_and_are_undone_at_the_next_res
     finally:
         env.close()
         fresh.close()
+    door = MetaWorldConfig(task="door-open-v3").make_task_env("door-open-v3")
+    try:  # no free object, only fixtures: object.shift leaves the reset as it was
+        states = []
+        for cid in ("", "object.shift=0.05"):
+            door.native_condition = cid
+            states.append(door.reset(seed=3)[0]["environment_state"])
+        assert np.array_equal(*states)
+    finally:
+        door.close()
 
 
 @pytest.mark.metaworld

@@ -72,7 +72,7 @@ class NativeScene:
     def apply(self, model: Any, data: Any, cid: str, seed: int | None, cameras: Sequence[str]) -> bool:
         """After the benchmark's reset: condition `cid`'s native levels applied (to the cameras
         named `cameras`, the lights, the free objects in `data`). True when it applied any (the
-        caller's observation of the reset is stale)."""
+        caller's observation of the reset is stale; False leaves the reset untouched)."""
         import mujoco  # optional: the simulator of the benchmarks that call this
 
         if model is not self._model:  # the first reset, or one that rebuilt the model: at rest
@@ -103,15 +103,16 @@ class NativeScene:
             model.vis.headlight.ambient[:] *= factor
         self._changed = bool(shift or turn or factor is not None)
         moved = levels.get("object.shift")
-        if moved:
+        objects = free_joints(model) if moved else []
+        if objects:  # a scene of fixtures only (a door, a drawer) keeps its reset as it was
             angle = perturb.reset_stream(seed, cid, "object.shift").uniform(0.0, 2 * math.pi)
             offset = moved * np.array([math.cos(angle), math.sin(angle)])
-            for adr in free_joints(model):
+            for adr in objects:
                 data.qpos[adr:adr + 2] += offset
             mujoco.mj_forward(model, data)  # every pose in `data` follows the objects
-        else:  # only the cameras' poses in `data` follow: the rest stays as the reset left it
+        elif self._changed:  # only the cameras' poses in `data` follow: the rest stays as the reset left it
             mujoco.mj_camlight(model, data)
-        return True
+        return bool(objects) or self._changed
 
 
 def free_joints(model: Any) -> list[int]:
