@@ -29,7 +29,7 @@ def test_native_axes_parse_like_the_others_and_are_refused_where_no_simulator_ap
     conds = perturb.parse("camera.shift=0,0.05;light.intensity=1,0.5;action.noise=0.1")
     assert [c.id for c in conds] == ["", "camera.shift=0.05", "light.intensity=0.5", "action.noise=0.1"]
     assert [c.policy_side for c in conds] == [False, False, False, True]  # the Perturber leaves native axes alone
-    assert conds[2].native == {"light.intensity": 0.5} and conds[3].native == {}
+    assert conds[2].native_levels == {"light.intensity": 0.5} and conds[3].native_levels == {}
     for bench in (MetaWorldConfig, LiberoConfig):  # what the error names is what the benchmarks declare
         assert bench.native_axes == {name for name, axis in perturb.AXES.items() if bench.type_name in axis.native}
     with pytest.raises(ConfigError, match=r"object.shift takes numbers from 0 to 0.5"):

@@ -124,7 +124,7 @@ class Condition:
         return any(not AXES[name].native for name, _ in self.levels)
 
     @property
-    def native(self) -> dict[str, float]:
+    def native_levels(self) -> dict[str, float]:
         """The levels of its native axes (what the env applies at reset)."""
         return {name: value for name, value in self.levels if AXES[name].native}
 

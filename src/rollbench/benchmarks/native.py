@@ -79,7 +79,7 @@ class NativeScene:
             self._model, self._changed = model, False
             self._rest = {name: getattr(model, name).copy() for name in _MODEL_ARRAYS}
             self._headlight = (model.vis.headlight.diffuse.copy(), model.vis.headlight.ambient.copy())
-        levels = perturb.condition(cid).native if cid else {}
+        levels = perturb.condition(cid).native_levels if cid else {}
         if not levels:
             return False
         seed = 0 if seed is None else int(seed)
