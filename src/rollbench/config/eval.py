@@ -59,7 +59,8 @@ class EvalConfig:
     perturb: str = opt(
         "",
         "robustness sweep: AXIS=LEVEL[,LEVEL...], several axes joined by ';' or the flag repeated "
-        "(action.noise, action.latency, state.noise, language.drop); every task runs --eval.n_episodes under "
+        "(action.noise, action.latency, state.noise, language.drop; inside MetaWorld and LIBERO also camera.shift, "
+        "camera.rotate, light.intensity, object.shift); every task runs --eval.n_episodes under "
         "the control and under each level, on the control's seeds (docs/robustness.md)",
     )
     max_parallel_tasks: int = opt(
