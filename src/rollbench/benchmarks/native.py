@@ -84,6 +84,8 @@ class NativeScene:
             return False
         seed = 0 if seed is None else int(seed)
         ids = [mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, name) for name in cameras]
+        if min(ids, default=0) < 0:  # -1 would move the model's last camera instead
+            raise ValueError(f"the model has no camera {cameras[ids.index(-1)]!r}")
         shift = levels.get("camera.shift")
         if shift:
             rng = perturb.reset_stream(seed, cid, "camera.shift")
