@@ -85,7 +85,8 @@ def checked_plan(cfg: RunConfig) -> list[EpisodeUnit]:
         precheck(cfg)
     if cfg.eval.perturb:  # an axis the benchmark has nothing for: refused before any episode
         ctx = StepContext(cfg.env, cfg.policy, paraphrases=cfg.eval.paraphrases)
-        perturb.check_benchmark(perturb.parse(cfg.eval.perturb), cfg.env.features, cfg.env.type_name, ctx.action_space)
+        perturb.check_benchmark(perturb.parse(cfg.eval.perturb), cfg.env.features, cfg.env.type_name, ctx.action_space,
+                                cfg.env.native_axes)
         for cid in (c for c in cfg.eval.conditions if perturb.condition(c).get("language.paraphrase")):
             for task in (t for names in cfg.env.tasks().values() for t in names):
                 ctx.instruction(cid, task)  # a task without its paraphrase k: refused here

@@ -34,6 +34,23 @@ Axes (generic: every benchmark that has what they act on):
                      image.jpeg (compressed at this JPEG quality, 1-100; 0 at rest). uint8 HWC
                      frames (rollbench's benchmarks) and float CHW frames in [0, 1] (LeRobot's
                      bridge) are both taken and given back as they came.
+
+Native axes (applied inside the simulator, at the episode's reset, by the benchmarks that
+declare them: `BenchmarkConfig.native_axes`; MetaWorld and LIBERO apply all four). The
+scheduler stages the unit's condition on each env before its reset, as it stages the episode
+index (`config.env.set_condition`); the env applies the levels after its own reset placement
+and undoes them at its next reset. Each draw comes from `reset_stream` (the episode's seed,
+the condition, the axis), so it is a function of (condition, task, i):
+
+    camera.shift     every camera the policy sees (and the video's) moved this far, in metres,
+                     in a direction drawn uniformly on the sphere, one per camera
+    camera.rotate    every such camera turned by this angle, in degrees, about an axis (in its
+                     own frame) drawn uniformly on the sphere, one per camera
+    light.intensity  the diffuse and ambient light of every scene light and the headlight
+                     multiplied by this factor (1 = as at rest)
+    object.shift     every free object (a body with a free joint: what the robot moves, not
+                     fixtures such as doors and drawers) moved this far, in metres, in one
+                     horizontal direction drawn uniformly, after the benchmark placed it
 """
 
 from __future__ import annotations
@@ -44,7 +61,7 @@ import itertools
 import json
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +85,9 @@ class Axis:
     low: float
     high: float
     neutral: float  # the level that changes nothing (the control's)
+    #: a native axis: the built-in benchmarks that apply it inside their simulator, at reset
+    #: (the env, not the Perturber, applies it; a benchmark declares it in `native_axes`)
+    native: tuple[str, ...] = ()
 
     def level(self, raw: str, flag: str) -> float:
         """`raw` as a level of this axis, or a one-line ConfigError naming `flag`."""
@@ -102,6 +122,14 @@ AXES: dict[str, Axis] = {a.name: a for a in (
     Axis("image.jpeg", "JPEG quality the frames are compressed at, 1 worst to 100 best; 0 at rest (not compressed)", True, 0, 100, 0),
     Axis("image.shift", "fraction of the frame's size it moves by, in a direction drawn per episode", False, 0.0, 1.0, 0.0),
 )}
+NATIVE_BENCHMARKS = ("metaworld", "libero")
+AXES.update({a.name: a for a in (
+    Axis("camera.shift", "metres each camera moves, in a direction drawn per episode", False, 0.0, 1.0, 0.0, NATIVE_BENCHMARKS),
+    Axis("camera.rotate", "degrees each camera turns, about an axis drawn per episode", False, 0.0, 180.0, 0.0, NATIVE_BENCHMARKS),
+    Axis("light.intensity", "factor on the scene lights' diffuse and ambient, 1 at rest", False, 0.0, 10.0, 1.0, NATIVE_BENCHMARKS),
+    Axis("object.shift", "metres the free objects move on the table, in a direction drawn per episode", False, 0.0, 0.5, 0.0,
+         NATIVE_BENCHMARKS),
+)})
 
 #: the image axes in the order a frame goes through them (geometry, scene, light, optics, sensor, codec)
 IMAGE_AXES = ("image.shift", "image.occlusion", "image.brightness", "image.contrast", "image.blur", "image.noise", "image.jpeg")
@@ -130,6 +158,16 @@ class Condition:
 
     def to_json(self) -> dict[str, float]:
         return dict(self.levels)
+
+    @property
+    def policy_side(self) -> bool:
+        """Has an axis the Perturber applies (a native axis is the env's)."""
+        return any(not AXES[name].native for name, _ in self.levels)
+
+    @property
+    def native_levels(self) -> dict[str, float]:
+        """The levels of its native axes (what the env applies at reset)."""
+        return {name: value for name, value in self.levels if AXES[name].native}
 
 
 CONTROL = Condition()
@@ -294,6 +332,11 @@ def _stream(seed: int, cid: str, axis: str, step: int) -> np.random.Generator:
     return np.random.default_rng([seed & 0xFFFFFFFF, zlib.crc32(cid.encode()), zlib.crc32(axis.encode()), step])
 
 
+def reset_stream(seed: int, cid: str, axis: str) -> np.random.Generator:
+    """The draws of native `axis` at the reset of the episode with `seed` under condition `cid`."""
+    return _stream(seed, cid, axis, 0)
+
+
 class Perturber:
     """One episode's condition, applied row by row where the policy meets the env.
 
@@ -428,10 +471,15 @@ def _jpeg(x: np.ndarray, quality: int) -> np.ndarray:
     return decoded
 
 
-def check_benchmark(conditions: list[Condition], features: Mapping[str, Any], env_type: str, action_space: Any) -> None:
-    """Refuse, before any episode, an axis the benchmark has nothing for."""
+def check_benchmark(conditions: list[Condition], features: Mapping[str, Any], env_type: str, action_space: Any,
+                    native_axes: Collection[str] = ()) -> None:
+    """Refuse, before any episode, an axis the benchmark has nothing for (`native_axes`: the
+    native ones its envs apply)."""
     for cond in conditions:
         for name, _ in cond.levels:
+            if AXES[name].native and name not in native_axes:
+                raise ConfigError(f"--eval.perturb: {name} is applied inside the simulator, which --env.type={env_type} "
+                                  f"does not do; benchmarks that apply it: {', '.join(AXES[name].native)}")
             if name == "action.noise" and not hasattr(action_space, "low"):
                 raise ConfigError(f"--eval.perturb: action.noise adds Gaussian noise to continuous actions; the actions "
                                   f"of --env.type={env_type} are {action_space}")

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from rollbench.benchmarks.frames import video_frame
-from rollbench.config.env import BenchmarkConfig, set_episode_index
+from rollbench.config.env import BenchmarkConfig, set_condition, set_episode_index
 from rollbench.config.eval import EvalConfig
 from rollbench.config.run import RunConfig
 from rollbench.plan import EpisodeUnit
@@ -92,8 +92,10 @@ class EpisodeTracker:
 
     def reset(self, bench: BenchmarkConfig, env: Any) -> Any:
         """Reset one env into this unit (its episode index where the benchmark reads one, its
-        seed); the episode's clock starts. The first observation."""
+        condition where the benchmark applies native axes, its seed); the episode's clock
+        starts. The first observation."""
         set_episode_index(bench, env, [self.unit.env_index])
+        set_condition(bench, env, [self.unit.condition])
         obs, _ = env.reset(seed=self.unit.seed)
         self.started = time.monotonic()
         return obs

@@ -53,6 +53,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
+from rollbench.benchmarks.native import NativeScene
 from rollbench.config.env import (
     ActionProcessor,
     BenchmarkConfig,
@@ -266,6 +267,8 @@ class LiberoTaskEnv(gym.Env):
         # set by rollbench's schedulers before every reset (BenchmarkConfig.uses_episode_index);
         # an env reset by someone else falls back on the reset seed
         self.episode_index: int | None = None
+        self.native_condition = ""  # the same, for BenchmarkConfig.native_axes
+        self._native = NativeScene()
         self._last: dict[str, np.ndarray] = {}
 
     def _build(self) -> None:
@@ -301,10 +304,14 @@ class LiberoTaskEnv(gym.Env):
         env = self._env
         env.seed(seed)
         self._make_gl_current()
+        self._native.restore()
         raw = env.reset()
         if self._init is not None:
             index = self.episode_index if self.episode_index is not None else (seed or 0)
             raw = env.set_init_state(self._init[int(index) % len(self._init)])
+        cameras = [cam.removesuffix("_image") for cam in self.task_spec.cameras]
+        if self._native.apply(env.sim.model._model, env.sim.data._data, self.native_condition, seed, cameras):
+            raw = env.regenerate_obs_from_state(env.get_sim_state())  # observed again, as set_init_state does
         for _ in range(self.task_spec.num_steps_wait):  # let objects settle after the state is set
             raw, _, _, _ = env.step(NOOP)
         for robot in env.robots:
@@ -377,6 +384,7 @@ class LiberoConfig(BenchmarkConfig):
     extra = "libero"
     fps = FPS  # LeRobot's LiberoEnv's (the simulation runs at 20 Hz)
     uses_episode_index = True  # episode i starts from initial state i % 50
+    native_axes = frozenset({"camera.shift", "camera.rotate", "light.intensity", "object.shift"})
 
     task: str = opt("libero_10", "suite(s): libero_spatial, libero_object, libero_goal, libero_10, libero_90, comma list")
     task_ids: tuple[str, ...] | None = opt(None, "task indices to keep in every suite, e.g. 0,3 (default: all)")

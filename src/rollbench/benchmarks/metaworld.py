@@ -25,6 +25,7 @@ import gymnasium as gym
 import numpy as np
 
 from rollbench.benchmarks.frames import MujocoVideoCamera, frame_shape
+from rollbench.benchmarks.native import NativeScene
 from rollbench.config.env import BenchmarkConfig, Feature, register_benchmark, split_tasks
 from rollbench.config.fields import opt
 from rollbench.errors import ConfigError
@@ -171,6 +172,9 @@ class MetaWorldTaskEnv(gym.Env):
         # frame of the same step are one render, not two (a 480² CPU frame is ~100 ms)
         self._frame: np.ndarray | None = None
         self._video: MujocoVideoCamera | None = None  # state observations: video frames of their own
+        # set by rollbench's schedulers before every reset (BenchmarkConfig.native_axes)
+        self.native_condition = ""
+        self._native = NativeScene()
         self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
         spaces: dict[str, gym.Space] = {
             "agent_pos": gym.spaces.Box(-1000.0, 1000.0, (AGENT_POS_DIM,), np.float64)
@@ -252,7 +256,15 @@ class MetaWorldTaskEnv(gym.Env):
         if seed is not None:
             self._env.seed(int(seed))
         self._frame = None
-        raw, _ = self._env.reset()
+        env = self._env
+        self._native.restore()
+        raw, _ = env.reset()
+        if self._native.apply(env.model, env.data, self.native_condition, seed, [self.camera_name]):
+            # observe again (objects may have moved), the previous frame's half of the state equal to
+            # the current, as MetaWorld's reset makes it; its reward shaping keeps the placement before
+            # an object shift
+            env._prev_obs = env._get_curr_obs_combined_no_goal()
+            raw = env._get_obs().astype(np.float64)
         return self._format(raw), {"is_success": False}
 
     def step(self, action: np.ndarray) -> tuple[Any, float, bool, bool, dict[str, Any]]:
@@ -277,6 +289,7 @@ class MetaWorldConfig(BenchmarkConfig):
 
     extra = "metaworld"
     fps = 80
+    native_axes = frozenset({"camera.shift", "camera.rotate", "light.intensity", "object.shift"})
 
     task: str = opt("mt10", "a task (e.g. push-v3), a comma list, mt10, mt50, easy, medium, hard, very_hard")
     obs_type: Literal["state", "pixels_agent_pos"] = opt(

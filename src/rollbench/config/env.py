@@ -80,6 +80,10 @@ def _make_with_environ(environ: Mapping[str, str], make: Callable[[], Any]) -> A
     return make()
 
 
+#: the env attribute that holds the --eval.perturb condition of the episode the next reset starts
+CONDITION_ATTR = "native_condition"
+
+
 def set_episode_index(bench: BenchmarkConfig, env: Any, indices: Sequence[int]) -> None:
     """Before a reset: tell `env` (one env, or a vector env with one index per sub-env)
     which episode each reset starts, if the benchmark's envs use it.
@@ -87,13 +91,25 @@ def set_episode_index(bench: BenchmarkConfig, env: Any, indices: Sequence[int]) 
     An attribute, not `reset(options=...)`: a vector env passes one options dict to all
     its sub-envs, while `VectorEnv.set_attr` takes one value per sub-env (sync and async).
     """
-    if not bench.uses_episode_index:
-        return
+    if bench.uses_episode_index:
+        _stage(env, EPISODE_INDEX_ATTR, [int(i) for i in indices])
+
+
+def set_condition(bench: BenchmarkConfig, env: Any, conditions: Sequence[str]) -> None:
+    """Before a reset: tell `env` (one env, or a vector env with one per sub-env) the
+    --eval.perturb condition of each reset's episode ("" for the control), if the benchmark
+    applies native axes (`native_axes`): the env applies the condition's native levels in
+    that reset, as `set_episode_index` stages the index."""
+    if bench.native_axes:
+        _stage(env, CONDITION_ATTR, list(conditions))
+
+
+def _stage(env: Any, attr: str, values: list[Any]) -> None:
     if hasattr(env, "set_attr"):  # a gymnasium VectorEnv
-        env.set_attr(EPISODE_INDEX_ATTR, [int(i) for i in indices])
+        env.set_attr(attr, values)
     else:
-        (index,) = indices
-        env.set_wrapper_attr(EPISODE_INDEX_ATTR, int(index))
+        (value,) = values
+        env.set_wrapper_attr(attr, value)
 
 
 def success_from_info(info: Mapping[str, Any]) -> bool | None:
@@ -124,6 +140,10 @@ class BenchmarkConfig:
     #: initial states): both schedulers set the env attribute `EPISODE_INDEX_ATTR` to the
     #: unit's episode index before every reset (`set_episode_index`)
     uses_episode_index: ClassVar[bool] = False
+    #: the native --eval.perturb axes (`perturb.AXES`) its envs apply inside the simulator: both
+    #: schedulers set the env attribute `CONDITION_ATTR` to the unit's condition before every
+    #: reset (`set_condition`), and the env applies them in that reset and undoes them at the next
+    native_axes: ClassVar[frozenset[str]] = frozenset()
 
     task: str = opt("", "task(s) to evaluate: one name, a comma list or a group")
     episode_length: int | None = opt(

@@ -59,8 +59,9 @@ class EvalConfig:
     perturb: str = opt(
         "",
         "robustness sweep: AXIS=LEVEL[,LEVEL...], several axes joined by ';' or the flag repeated "
-        "(action.noise, action.latency, state.noise, language.drop, image.noise, image.blur, image.brightness, "
-        "image.contrast, image.occlusion, image.jpeg, image.shift); every task runs --eval.n_episodes under "
+        "(action.noise, action.latency, state.noise, language.drop, language.paraphrase, image.noise, image.blur, "
+        "image.brightness, image.contrast, image.occlusion, image.jpeg, image.shift; inside MetaWorld and LIBERO also "
+        "camera.shift, camera.rotate, light.intensity, object.shift); every task runs --eval.n_episodes under "
         "the control and under each level, on the control's seeds (docs/robustness.md)",
     )
     paraphrases: str = opt(

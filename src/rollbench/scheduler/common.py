@@ -161,9 +161,10 @@ class StepContext:
 
     def reset(self, policy: Policy, slots: Sequence[int], starts: Sequence[EpisodeStart]) -> None:
         """`policy.reset`, its errors named as `act`'s are: a PolicyError that stops the run.
-        Each slot's condition (--eval.perturb) starts over with its episode."""
+        Each slot's condition (--eval.perturb) starts over with its episode (its native axes
+        are the env's: `config.env.set_condition`)."""
         for slot, start in zip(slots, starts, strict=True):
-            if start.condition:
+            if start.condition and perturb.condition(start.condition).policy_side:
                 self.perturbers[slot] = self._perturber(start)
             else:
                 self.perturbers.pop(slot, None)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from rollbench.benchmarks.frames import RENDER_VIDEO
-from rollbench.config.env import set_episode_index
+from rollbench.config.env import set_condition, set_episode_index
 from rollbench.errors import EpisodesLost, WorkerError, error_line
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
@@ -238,6 +238,7 @@ class _Lockstep:
         padded = chunk + [chunk[0]] * (n_envs - len(chunk))
         slots = list(range(slot_base, slot_base + n_envs))
         set_episode_index(ctx.benchmark, vec, [u.env_index for u in padded])
+        set_condition(ctx.benchmark, vec, [u.condition for u in padded])
         obs, _ = vec.reset(seed=[u.seed for u in padded])
         ctx.reset(policy, slots, [ctx.episode_start(u) for u in padded])
         prompts = [ctx.benchmark.policy_task(u.task) for u in padded]
