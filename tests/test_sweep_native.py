@@ -141,7 +141,7 @@ def test_libero_native_levels_move_both_cameras_and_the_objects_and_are_undone()
 
     try:
         control, at = reset("")
-        perturbed, pos = reset("camera.shift=0.05;object.shift=0.05")  # one condition, two axes
+        perturbed, pos = reset("camera.shift=0.05&object.shift=0.05")  # one condition, two axes
         for cam in ("pixels/image", "pixels/image2"):
             assert not np.array_equal(perturbed[cam], control[cam]), cam
         # moved on the table (before the 10 settling steps, which may move it a little further)
