@@ -51,23 +51,36 @@ def test_a_users_mujoco_gl_wins_in_one_process(tmp_path: Path) -> None:
 
 
 @pytest.mark.metaworld
-@pytest.mark.parametrize(("gl", "says"), [("osmesa", "MUJOCO_GL=osmesa: OSMesa's library (libOSMesa.so) was not found"),
+@pytest.mark.parametrize(("gl", "says"), [("osmesa", "MUJOCO_GL=osmesa: OSMesa's library (libOSMesa.so) is not installed"),
                                           ("nonsense", "MUJOCO_GL='nonsense' is not a rendering backend")])
-def test_a_users_mujoco_gl_that_mujoco_cannot_start_with_is_refused_before_the_run(tmp_path: Path, gl: str,
-                                                                                   says: str) -> None:
+def test_a_users_mujoco_gl_that_mujoco_cannot_start_with_is_refused_before_the_run(tmp_path: Path, gl: str, says: str,
+                                                                                   monkeypatch) -> None:
     """MuJoCo reads MUJOCO_GL once, when it is first imported (listing MetaWorld's tasks), and
     fails there: "'NoneType' object has no attribute 'glGetError'" without libOSMesa, "invalid
-    value" for a name it does not know. The run says which value and what is allowed instead."""
-    from rollbench.rendering import osmesa_loadable
+    value" for a name it does not know. The run says which value, what is allowed, and which
+    backends can work on this machine: those whose library loads, and glfw only with a display
+    (none here: DISPLAY unset)."""
+    from rollbench.rendering import osmesa_loadable, working_backends
 
     if gl == "osmesa" and osmesa_loadable():
         pytest.skip("libOSMesa loads on this machine")
     res = run_subprocess("eval", "--env.type=metaworld", "--env.task=reach-v3", "--policy.type=expert",
-                         "--eval.n_episodes=1", f"--output_dir={tmp_path / 'out'}", MUJOCO_GL=gl, PYOPENGL_PLATFORM=gl)
+                         "--eval.n_episodes=1", f"--output_dir={tmp_path / 'out'}", MUJOCO_GL=gl, PYOPENGL_PLATFORM=gl,
+                         DISPLAY="", WAYLAND_DISPLAY="")
     assert res.rc == 2, res.err
     (line,) = res.err.strip().splitlines()
     assert line.startswith(f"rollbench: error: {says}"), line
-    assert "egl" in line and "glfw (with a display)" in line and "unset MUJOCO_GL" in line, line
+    assert "unset MUJOCO_GL" in line, line
+    monkeypatch.delenv("DISPLAY", raising=False)  # as in the run
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    found = [b for b in working_backends() if b != gl]
+    if gl == "osmesa":
+        advice = line.split("libosmesa6), ", 1)[1]
+        assert ("set " + " or ".join(f"MUJOCO_GL={b}" for b in found) + " (found on this machine)" if found
+                else "no other backend is found on this machine either") in advice, line
+        assert "MUJOCO_GL=glfw" not in line, line
+    else:
+        assert f"found on this machine: {', '.join(found) or 'none'};" in line, line
     assert "Traceback" not in res.err and "glGetError" not in res.err
     assert not (tmp_path / "out" / "eval_info.json").exists()
 
@@ -136,17 +149,19 @@ def test_max_batch_size_smaller_than_a_lockstep_batch_is_refused(tmp_path: Path)
     assert "--policy.max_batch_size=2" in line and "--eval.batch_size" in line
 
 
-def test_eval_info_has_a_schema_version_and_the_command(tmp_path: Path) -> None:
-    res = run_subprocess(*FAKE, "--policy.type=expert", f"--output_dir={tmp_path}")
+@pytest.mark.parametrize(("policy", "placement"), [(("--policy.type=expert",), "worker"),
+                                                  (("--policy.type=random", "--policy.placement=driver"), "driver")])
+def test_eval_info_has_a_schema_version_and_the_command(tmp_path: Path, policy: tuple[str, ...], placement: str) -> None:
+    res = run_subprocess(*FAKE, *policy, f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     info = load_info(tmp_path)
     assert info["schema_version"] == 2
     assert info["command"][:2] == ["rollbench", "eval"] and f"--output_dir={tmp_path}" in info["command"]
     for key in ("per_task", "per_group", "overall", "status", "config", "versions", "scheduling"):
         assert key in info
-    # every policy call of the run, made in the workers (the expert runs there) and sent back
+    # every policy call of the run, made in the driver or in the workers (which send theirs back)
     calls = info["policy_calls"]
-    assert info["scheduling"]["placement"] == "worker" and calls["calls"] > 0
+    assert info["scheduling"]["placement"] == placement and calls["calls"] > 0
     assert calls["rows"] >= info["overall"]["n_episodes"] and calls["rows_per_call"] == round(calls["rows"] / calls["calls"], 3)
 
 
