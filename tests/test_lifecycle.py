@@ -163,6 +163,10 @@ def test_eval_info_has_a_schema_version_and_the_command(tmp_path: Path, policy: 
     calls = info["policy_calls"]
     assert info["scheduling"]["placement"] == placement and calls["calls"] > 0
     assert calls["rows"] >= info["overall"]["n_episodes"] and calls["rows_per_call"] == round(calls["rows"] / calls["calls"], 3)
+    # the same command again runs nothing and calls nothing: the run's calls are still those that ran it
+    again = run_subprocess(*FAKE, *policy, f"--output_dir={tmp_path}")
+    assert again.rc == 0 and "0 episodes run" in again.out, again.err
+    assert load_info(tmp_path)["policy_calls"] == calls
 
 
 def test_a_worker_that_dies_before_any_episode_stops_the_run_instead_of_looping(tmp_path: Path) -> None:

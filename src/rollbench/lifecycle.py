@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,7 @@ from rollbench.results.log import DISK_FULL, EPISODES_DIR, EpisodeLog, LogTail, 
 from rollbench.results.merge import Merged, merge
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.store import prepare, sweep_partial_videos
-from rollbench.scheduler.common import StepContext
+from rollbench.scheduler.common import PolicyCalls, StepContext
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +178,9 @@ def close_run(
     merged = merge(read_records(output_dir, recursive=recursive), plan)
     if merged.conflicts:
         log.warning("%d units have conflicting results in the logs; see eval_info.json 'conflicts'", len(merged.conflicts))
+    if opened is not None and opened.continuing:  # the commands that ran this run before called the policy too
+        earlier = (eval_info.read(output_dir) or {}).get("policy_calls")
+        how = replace(how, policy_calls=PolicyCalls.total(earlier, how.policy_calls))
     took = time.time() - started if started is not None else None
     rule: Rule | None
     if opened is None:
