@@ -85,6 +85,33 @@ def test_a_users_mujoco_gl_that_mujoco_cannot_start_with_is_refused_before_the_r
     assert not (tmp_path / "out" / "eval_info.json").exists()
 
 
+@pytest.mark.metaworld
+def test_glfw_without_a_display_is_refused_when_the_run_films(tmp_path: Path, monkeypatch) -> None:
+    """MUJOCO_GL=glfw with no display: MuJoCo imports, but its first render fails and the worker
+    aborts (SIGABRT) in the next, so every filmed episode failed. A run that films is refused
+    in one line before it starts; one that films nothing runs as before (it never renders)."""
+    from rollbench.benchmarks.metaworld import MetaWorldConfig
+    from rollbench.errors import ConfigError
+    from rollbench.rendering import check_user_backend
+
+    res = run_subprocess("eval", "--env.type=metaworld", "--env.task=reach-v3", "--policy.type=random",
+                         "--eval.n_episodes=1", "--eval.max_episodes_rendered=2", f"--output_dir={tmp_path / 'out'}",
+                         MUJOCO_GL="glfw", PYOPENGL_PLATFORM="glfw", DISPLAY="", WAYLAND_DISPLAY="")
+    assert res.rc == 2, res.err
+    (line,) = res.err.strip().splitlines()
+    assert line.startswith("rollbench: error: MUJOCO_GL=glfw needs a display, and none is set"), line
+    assert "--eval.max_episodes_rendered=2" in line and "--eval.max_episodes_rendered=0" in line, line
+    assert not (tmp_path / "out" / "episodes").exists()
+    monkeypatch.setenv("MUJOCO_GL", "glfw")
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    check_user_backend(MetaWorldConfig(), films=0)
+    with pytest.raises(ConfigError, match="needs a display"):
+        check_user_backend(MetaWorldConfig(), films=1)
+    monkeypatch.setenv("DISPLAY", ":0")
+    check_user_backend(MetaWorldConfig(), films=1)
+
+
 @pytest.mark.parametrize(("workers", "slots", "started"), [(4, 1, 1), (3, 2, 1), (2, 1, 1), (1, 1, 1)])
 def test_scheduling_workers_is_the_number_of_workers_started(tmp_path: Path, workers: int, slots: int,
                                                              started: int) -> None:

@@ -76,7 +76,7 @@ class RunOutcome:
 def checked_plan(cfg: RunConfig) -> list[EpisodeUnit]:
     """The run's plan, once its benchmark is installed and its tasks exist (no side effects)."""
     cfg.env.check_available()
-    check_user_backend(cfg.env)  # before validate_tasks: listing the tasks can import MuJoCo
+    check_user_backend(cfg.env, cfg.eval.max_episodes_rendered)  # before validate_tasks: listing the tasks can import MuJoCo
     cfg.env.validate_tasks()
     check_outputs(cfg)
     if cfg.eval.versus is not None:

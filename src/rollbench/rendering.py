@@ -132,6 +132,7 @@ _LIBRARIES = {"egl": "EGL", "osmesa": "OSMesa"}  # the library PyOpenGL loads fo
 # MUJOCO_GL as MuJoCo takes it on Linux (mujoco/gl_context.py, in any case): a backend, or a word
 # for its default (glfw) or for none; dm_control (ALOHA) takes the same in lower case, but not glx
 _MUJOCO_GL_WORDS: tuple[str, ...] = (*BACKENDS, "glx", "on", "enable", "enabled", "true", "1", "off", "disable", "disabled", "false", "0")
+_GLFW_WORDS = ("glfw", "glx", "on", "enable", "enabled", "true", "1")  # MuJoCo's glfw context (its default)
 
 
 def has_display() -> bool:
@@ -153,12 +154,14 @@ def _what_works(value: str) -> str:
     return "set " + " or ".join(f"MUJOCO_GL={b}" for b in others) + " (found on this machine)"
 
 
-def check_user_backend(bench: BenchmarkConfig) -> None:
+def check_user_backend(bench: BenchmarkConfig, films: int = 0) -> None:
     """Refuse, as a ConfigError, a MUJOCO_GL the user set that MuJoCo cannot start with, when
     `bench` runs MuJoCo (it names "mujoco" among its required modules): MuJoCo and dm_control
     read MUJOCO_GL once, at their first import, and fail there, before any render, saying
     "'NoneType' object has no attribute 'glGetError'" (libOSMesa missing) or "invalid value".
-    A benchmark without MuJoCo runs under any value; glfw's display is checked by rendering."""
+    `films`: the episodes per task the run films (--eval.max_episodes_rendered); glfw with no
+    display is refused then (MuJoCo's first render fails, and the worker aborts in its next,
+    every episode, measured here). A benchmark without MuJoCo runs under any value."""
     user = user_backend()
     needs = bench.required_modules()
     if user is None or "mujoco" not in needs:
@@ -172,6 +175,13 @@ def check_user_backend(bench: BenchmarkConfig) -> None:
             f"MUJOCO_GL={user!r} is not a rendering backend.{did_you_mean(value.lower(), BACKENDS)} Allowed: egl, "
             f"osmesa (with libOSMesa installed), glfw (with a display); found on this machine: {works}; or unset MUJOCO_GL to "
             f"let rollbench choose"
+        )
+    if films and value.lower() in _GLFW_WORDS and not has_display():
+        raise ConfigError(
+            f"MUJOCO_GL={user}{'' if value.lower() == 'glfw' else ' (glfw, MuJoCo default)'} needs a display, and none "
+            f"is set (DISPLAY, WAYLAND_DISPLAY); "
+            f"this run films videos (--eval.max_episodes_rendered={films}): {_what_works('glfw')}, film nothing "
+            f"with --eval.max_episodes_rendered=0, or unset MUJOCO_GL to let rollbench choose"
         )
     lib = _LIBRARIES.get(value)
     if lib is not None and not library_loads(lib):
