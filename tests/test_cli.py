@@ -332,7 +332,7 @@ def test_unwritable_output_dir(cli, tmp_path):
     blocker.write_text("not a directory")
     target = blocker / "sub"
     res = cli(*FAKE, "--policy.type=expert", "--eval.n_episodes=1", f"--output_dir={target}")
-    assert_one_line_error(res, f"--output_dir={str(target)!r}", "not writable")
+    assert_one_line_error(res, f"--output_dir={str(target)!r}", f"{blocker} is a file, not a directory")
 
 
 def test_batch_size_larger_than_episodes_is_clamped_with_a_warning(cli, tmp_path, caplog):

@@ -54,10 +54,13 @@ def test_local_shards_match_one_process(tmp_path: Path, single: dict, n: int) ->
 def test_local_launch_resumes_and_reruns_nothing_done(tmp_path: Path, single: dict) -> None:
     args = (*FAKE, "--eval.num_shards=2", "--launch=local", f"--output_dir={tmp_path}")
     assert run_subprocess(*args).rc == 0
+    calls = load_info(tmp_path)["policy_calls"]
     res = run_subprocess(*args)
     assert res.rc == 0, res.err
     assert "0 episodes run in 2 shard processes; complete" in res.out
     assert per_episode(tmp_path) == single
+    # the run's policy calls are still those of the command that ran its episodes
+    assert load_info(tmp_path)["policy_calls"] == calls and calls["calls"] > 0
 
 
 def test_launch_local_refuses_a_shard_id(tmp_path: Path) -> None:

@@ -51,25 +51,65 @@ def test_a_users_mujoco_gl_wins_in_one_process(tmp_path: Path) -> None:
 
 
 @pytest.mark.metaworld
-@pytest.mark.parametrize(("gl", "says"), [("osmesa", "MUJOCO_GL=osmesa: OSMesa's library (libOSMesa.so) was not found"),
+@pytest.mark.parametrize(("gl", "says"), [("osmesa", "MUJOCO_GL=osmesa: OSMesa's library (libOSMesa.so) is not installed"),
                                           ("nonsense", "MUJOCO_GL='nonsense' is not a rendering backend")])
-def test_a_users_mujoco_gl_that_mujoco_cannot_start_with_is_refused_before_the_run(tmp_path: Path, gl: str,
-                                                                                   says: str) -> None:
+def test_a_users_mujoco_gl_that_mujoco_cannot_start_with_is_refused_before_the_run(tmp_path: Path, gl: str, says: str,
+                                                                                   monkeypatch) -> None:
     """MuJoCo reads MUJOCO_GL once, when it is first imported (listing MetaWorld's tasks), and
     fails there: "'NoneType' object has no attribute 'glGetError'" without libOSMesa, "invalid
-    value" for a name it does not know. The run says which value and what is allowed instead."""
-    from rollbench.rendering import osmesa_loadable
+    value" for a name it does not know. The run says which value, what is allowed, and which
+    backends can work on this machine: those whose library loads, and glfw only with a display
+    (none here: DISPLAY unset)."""
+    from rollbench.rendering import osmesa_loadable, working_backends
 
     if gl == "osmesa" and osmesa_loadable():
         pytest.skip("libOSMesa loads on this machine")
     res = run_subprocess("eval", "--env.type=metaworld", "--env.task=reach-v3", "--policy.type=expert",
-                         "--eval.n_episodes=1", f"--output_dir={tmp_path / 'out'}", MUJOCO_GL=gl, PYOPENGL_PLATFORM=gl)
+                         "--eval.n_episodes=1", f"--output_dir={tmp_path / 'out'}", MUJOCO_GL=gl, PYOPENGL_PLATFORM=gl,
+                         DISPLAY="", WAYLAND_DISPLAY="")
     assert res.rc == 2, res.err
     (line,) = res.err.strip().splitlines()
     assert line.startswith(f"rollbench: error: {says}"), line
-    assert "egl" in line and "glfw (with a display)" in line and "unset MUJOCO_GL" in line, line
+    assert "unset MUJOCO_GL" in line, line
+    monkeypatch.delenv("DISPLAY", raising=False)  # as in the run
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    found = [b for b in working_backends() if b != gl]
+    if gl == "osmesa":
+        advice = line.split("libosmesa6), ", 1)[1]
+        assert ("set " + " or ".join(f"MUJOCO_GL={b}" for b in found) + " (found on this machine)" if found
+                else "no other backend is found on this machine either") in advice, line
+        assert "MUJOCO_GL=glfw" not in line, line
+    else:
+        assert f"found on this machine: {', '.join(found) or 'none'};" in line, line
     assert "Traceback" not in res.err and "glGetError" not in res.err
     assert not (tmp_path / "out" / "eval_info.json").exists()
+
+
+@pytest.mark.metaworld
+def test_glfw_without_a_display_is_refused_when_the_run_films(tmp_path: Path, monkeypatch) -> None:
+    """MUJOCO_GL=glfw with no display: MuJoCo imports, but its first render fails and the worker
+    aborts (SIGABRT) in the next, so every filmed episode failed. A run that films is refused
+    in one line before it starts; one that films nothing runs as before (it never renders)."""
+    from rollbench.benchmarks.metaworld import MetaWorldConfig
+    from rollbench.errors import ConfigError
+    from rollbench.rendering import check_user_backend
+
+    res = run_subprocess("eval", "--env.type=metaworld", "--env.task=reach-v3", "--policy.type=random",
+                         "--eval.n_episodes=1", "--eval.max_episodes_rendered=2", f"--output_dir={tmp_path / 'out'}",
+                         MUJOCO_GL="glfw", PYOPENGL_PLATFORM="glfw", DISPLAY="", WAYLAND_DISPLAY="")
+    assert res.rc == 2, res.err
+    (line,) = res.err.strip().splitlines()
+    assert line.startswith("rollbench: error: MUJOCO_GL=glfw needs a display, and none is set"), line
+    assert "--eval.max_episodes_rendered=2" in line and "--eval.max_episodes_rendered=0" in line, line
+    assert not (tmp_path / "out" / "episodes").exists()
+    monkeypatch.setenv("MUJOCO_GL", "glfw")
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    check_user_backend(MetaWorldConfig(), films=0)
+    with pytest.raises(ConfigError, match="needs a display"):
+        check_user_backend(MetaWorldConfig(), films=1)
+    monkeypatch.setenv("DISPLAY", ":0")
+    check_user_backend(MetaWorldConfig(), films=1)
 
 
 @pytest.mark.parametrize(("workers", "slots", "started"), [(4, 1, 1), (3, 2, 1), (2, 1, 1), (1, 1, 1)])
@@ -136,18 +176,24 @@ def test_max_batch_size_smaller_than_a_lockstep_batch_is_refused(tmp_path: Path)
     assert "--policy.max_batch_size=2" in line and "--eval.batch_size" in line
 
 
-def test_eval_info_has_a_schema_version_and_the_command(tmp_path: Path) -> None:
-    res = run_subprocess(*FAKE, "--policy.type=expert", f"--output_dir={tmp_path}")
+@pytest.mark.parametrize(("policy", "placement"), [(("--policy.type=expert",), "worker"),
+                                                  (("--policy.type=random", "--policy.placement=driver"), "driver")])
+def test_eval_info_has_a_schema_version_and_the_command(tmp_path: Path, policy: tuple[str, ...], placement: str) -> None:
+    res = run_subprocess(*FAKE, *policy, f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     info = load_info(tmp_path)
     assert info["schema_version"] == 2
     assert info["command"][:2] == ["rollbench", "eval"] and f"--output_dir={tmp_path}" in info["command"]
     for key in ("per_task", "per_group", "overall", "status", "config", "versions", "scheduling"):
         assert key in info
-    # every policy call of the run, made in the workers (the expert runs there) and sent back
+    # every policy call of the run, made in the driver or in the workers (which send theirs back)
     calls = info["policy_calls"]
-    assert info["scheduling"]["placement"] == "worker" and calls["calls"] > 0
+    assert info["scheduling"]["placement"] == placement and calls["calls"] > 0
     assert calls["rows"] >= info["overall"]["n_episodes"] and calls["rows_per_call"] == round(calls["rows"] / calls["calls"], 3)
+    # the same command again runs nothing and calls nothing: the run's calls are still those that ran it
+    again = run_subprocess(*FAKE, *policy, f"--output_dir={tmp_path}")
+    assert again.rc == 0 and "0 episodes run" in again.out, again.err
+    assert load_info(tmp_path)["policy_calls"] == calls
 
 
 def test_a_worker_that_dies_before_any_episode_stops_the_run_instead_of_looping(tmp_path: Path) -> None:

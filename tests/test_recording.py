@@ -253,12 +253,12 @@ def test_a_recording_root_that_cannot_take_the_dataset_is_refused_before_any_epi
 def test_an_unwritable_recording_root_is_refused_before_any_episode(tmp_path: Path) -> None:
     """A root where no directory can be made stops the run in one line that names the flag
     and the folder, before any episode. /proc takes no new entry, even from root (for whom
-    os.access says every folder is writable: the check makes and removes a directory)."""
+    os.access says every folder is writable: the check makes and removes a file there)."""
     out = tmp_path / "run"
     res = run_subprocess(*FAKE, "--eval.recording_root=/proc/nope", f"--output_dir={out}")
     errors = [ln for ln in res.err.splitlines() if ln.startswith("rollbench: error:")]
     assert res.rc == 2 and len(errors) == 1 and "Traceback" not in res.err, res.err
-    assert "--eval.recording_root=/proc/nope: /proc takes no new directory" in errors[0]
+    assert "--eval.recording_root='/proc/nope': /proc takes no new file" in errors[0]
     assert not (out / "episodes").exists()
 
 

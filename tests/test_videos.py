@@ -164,6 +164,7 @@ def test_an_async_env_that_cannot_film_stops_the_run_saying_why(cli, tmp_path: P
 
     monkeypatch.setenv("MUJOCO_GL", "glfw")  # the user's choice wins; glfw has no display here
     monkeypatch.setenv("PYOPENGL_PLATFORM", "glfw")
+    monkeypatch.setenv("DISPLAY", ":99")  # none there: with DISPLAY unset the run is refused before it starts
     r = _film_in_async_envs(cli, tmp_path)
     assert r.rc != 0
     line = run_error_line(r)

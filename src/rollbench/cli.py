@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollbench import __version__, perturb
+from rollbench import __version__, perturb, writable
 from rollbench.config import codec
 from rollbench.config.env import BENCHMARKS
 from rollbench.config.eval import EvalConfig
@@ -349,7 +349,7 @@ def dataset_line(d: dict[str, Any]) -> str:
 
 
 def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
-    from rollbench.lifecycle import run_eval  # lazy: a command's code loads when it runs (--help, list stay fast)
+    from rollbench.lifecycle import check_outputs, run_eval  # lazy: --help and list stay fast
     from rollbench.results.summary import table  # lazy: `rollbench eval` only
 
     cfg = config_from_flags(flags)
@@ -357,6 +357,7 @@ def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
         kind = EXECUTORS.get(cfg.executor)  # an unknown name is refused before a checkpoint downloads
     except UnknownNameError as err:
         raise ConfigError(f"--executor={cfg.executor}: {err}") from None
+    check_outputs(cfg)  # so is a path that takes no file (run_eval checks it again, for its other callers)
     cfg = resolved(cfg)
     executor: Executor = kind.for_run(cfg, flags)
     outcome = run_eval(cfg, executor, command=argv)
@@ -393,13 +394,14 @@ def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
 def cmd_tune(flags: dict[str, str]) -> int:
     from rollbench import tune  # lazy: `rollbench tune` only (--help, list stay fast)
 
-    cfg = resolved(config_from_flags(flags))
+    cfg = config_from_flags(flags)
     if cfg.workers == "auto":
         raise ConfigError("--workers=auto is for rollbench eval; rollbench tune measures and recommends workers itself")
+    path = writable.output_file("--tune.output", str(tune.default_tune_path(cfg)), parents=True)  # before a download and the probe
+    cfg = resolved(cfg)
     probe = tune.measure(cfg)
     rec = tune.recommend(probe)
     command = tune.eval_command(flags, rec)
-    path = tune.default_tune_path(cfg)
     stored = tune.save(path, probe, rec, command, cfg)  # also stored for later --workers=auto runs
     print(tune.report(probe, rec, stored))
     print(f"\nrun it:\n  {command}\n\nprobe and recommendation: {path}")
@@ -416,6 +418,8 @@ def cmd_merge(positional: list[str], flags: dict[str, str]) -> int:
     if flags:
         raise ConfigError(f"unknown flag --{next(iter(flags))} for rollbench merge")
     root = Path(positional[0])
+    if root.is_dir():  # it takes eval_info.json and report.html: checked before the logs are read
+        writable.output_dir("rollbench merge DIR", str(root))
     config = read_manifest(root)
     info = merge_dir(root, config_from_dict(config), rerun_argv({**config, "output_dir": str(root)})).to_json()
     print(table(info))

@@ -15,15 +15,13 @@ execute: it only closes. Nothing here prints: the CLI does, from the returned va
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rollbench import perturb
+from rollbench import perturb, writable
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError, DiskFull, RollbenchError, RunInterrupted
 from rollbench.executors.base import Executor, Run
@@ -55,7 +53,7 @@ from rollbench.results.log import DISK_FULL, EPISODES_DIR, EpisodeLog, LogTail, 
 from rollbench.results.merge import Merged, merge
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.store import prepare, sweep_partial_videos
-from rollbench.scheduler.common import StepContext
+from rollbench.scheduler.common import PolicyCalls, StepContext
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +76,9 @@ class RunOutcome:
 def checked_plan(cfg: RunConfig) -> list[EpisodeUnit]:
     """The run's plan, once its benchmark is installed and its tasks exist (no side effects)."""
     cfg.env.check_available()
-    check_user_backend(cfg.env)  # before validate_tasks: listing the tasks can import MuJoCo
+    check_user_backend(cfg.env, cfg.eval.max_episodes_rendered)  # before validate_tasks: listing the tasks can import MuJoCo
     cfg.env.validate_tasks()
-    _check_recording_root(cfg)
+    check_outputs(cfg)
     if cfg.eval.versus is not None:
         precheck(cfg)
     if cfg.eval.perturb:  # an axis the benchmark has nothing for: refused before any episode
@@ -93,10 +91,16 @@ def checked_plan(cfg: RunConfig) -> list[EpisodeUnit]:
     return plan_for(cfg)
 
 
+def check_outputs(cfg: RunConfig) -> None:
+    """Where the run writes, before any work (a checkpoint's download, the policy's load, the
+    first episode): --output_dir, and --eval.recording_root when it records."""
+    writable.output_dir("--output_dir", cfg.output_dir)
+    _check_recording_root(cfg)
+
+
 def _check_recording_root(cfg: RunConfig) -> None:
-    """--eval.recording_root, before the first episode: the joined dataset replaces that
-    directory at the end of the run, so it must be new, empty, or this run's own dataset, and
-    its disk must take it."""
+    """--eval.recording_root: the joined dataset replaces that directory at the end of the
+    run, so it must be new, empty, or this run's own dataset, and its disk must take it."""
     given = cfg.eval.recording_root
     if cfg.eval.record_mode is None or not given:
         return
@@ -110,12 +114,7 @@ def _check_recording_root(cfg: RunConfig) -> None:
     if root == out or root in out.parents or (root.parent == out and root.name in ("episodes", PARTS_DIR, "videos")):
         raise ConfigError(f"{flag} would replace {'the run directory' if root in (out, *out.parents) else 'a folder of the run'} "
                           f"{root} with the dataset; give a directory of its own (default: <output_dir>/dataset)")
-    existing = next(p for p in (root, *root.parents) if p.exists())
-    try:  # the dataset's folders are made there at the end: make (and remove) one now
-        os.rmdir(tempfile.mkdtemp(prefix=".rollbench-probe-", dir=existing))
-    except OSError as err:
-        raise ConfigError(f"{flag}: {existing} takes no new directory ({err.strerror}); give a directory you can "
-                          f"write") from None
+    writable.output_dir("--eval.recording_root", given)  # the dataset's folders are made there at the end
 
 
 def _this_run_s_dataset(output_dir: Path, root: Path) -> bool:
@@ -183,6 +182,9 @@ def close_run(
     merged = merge(read_records(output_dir, recursive=recursive), plan)
     if merged.conflicts:
         log.warning("%d units have conflicting results in the logs; see eval_info.json 'conflicts'", len(merged.conflicts))
+    if opened is not None and opened.continuing:  # the commands that ran this run before called the policy too
+        earlier = (eval_info.read(output_dir) or {}).get("policy_calls")
+        how = replace(how, policy_calls=PolicyCalls.total(earlier, how.policy_calls))
     took = time.time() - started if started is not None else None
     rule: Rule | None
     if opened is None:
@@ -431,6 +433,8 @@ def merge_dir(root: Path, cfg: RunConfig, command: list[str] | None = None) -> E
     """`rollbench merge`: close a run (every log under `root`) that nothing executes now.
     `command`: the one that runs the merged run (its shards' flags, as one process)."""
     plan = plan_for(cfg)  # no availability check: a merge needs the logs, not the simulator
+    if cfg.eval.record_mode is not None and cfg.eval.recording_root:  # the joined dataset goes there
+        writable.output_dir("--eval.recording_root", cfg.eval.recording_root)
     n_dirs = len({*map(str, root.glob(f"**/{EPISODES_DIR}"))})
     _, info = close_run(root, cfg, plan, ExecutionFacts(mode="merge", merged_from=n_dirs), command, recursive=True)
     for problem in _push_dataset(cfg, info):

@@ -132,14 +132,36 @@ _LIBRARIES = {"egl": "EGL", "osmesa": "OSMesa"}  # the library PyOpenGL loads fo
 # MUJOCO_GL as MuJoCo takes it on Linux (mujoco/gl_context.py, in any case): a backend, or a word
 # for its default (glfw) or for none; dm_control (ALOHA) takes the same in lower case, but not glx
 _MUJOCO_GL_WORDS: tuple[str, ...] = (*BACKENDS, "glx", "on", "enable", "enabled", "true", "1", "off", "disable", "disabled", "false", "0")
+_GLFW_WORDS = ("glfw", "glx", "on", "enable", "enabled", "true", "1")  # MuJoCo's glfw context (its default)
 
 
-def check_user_backend(bench: BenchmarkConfig) -> None:
+def has_display() -> bool:
+    """Whether glfw has a display to open (X11 or Wayland)."""
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def working_backends() -> list[str]:
+    """The backends that can work here: egl and osmesa when their library loads, glfw when
+    there is a display."""
+    return [b for b in BACKENDS if (library_loads(_LIBRARIES[b]) if b in _LIBRARIES else has_display())]
+
+
+def _what_works(value: str) -> str:
+    """`set MUJOCO_GL=egl (found on this machine)`: the other backends that can work here."""
+    others = [b for b in working_backends() if b != value]
+    if not others:
+        return f"no other backend is found on this machine either (egl needs {_PACKAGES['egl']}, glfw a display)"
+    return "set " + " or ".join(f"MUJOCO_GL={b}" for b in others) + " (found on this machine)"
+
+
+def check_user_backend(bench: BenchmarkConfig, films: int = 0) -> None:
     """Refuse, as a ConfigError, a MUJOCO_GL the user set that MuJoCo cannot start with, when
     `bench` runs MuJoCo (it names "mujoco" among its required modules): MuJoCo and dm_control
     read MUJOCO_GL once, at their first import, and fail there, before any render, saying
     "'NoneType' object has no attribute 'glGetError'" (libOSMesa missing) or "invalid value".
-    A benchmark without MuJoCo runs under any value; glfw's display is checked by rendering."""
+    `films`: the episodes per task the run films (--eval.max_episodes_rendered); glfw with no
+    display is refused then (MuJoCo's first render fails, and the worker aborts in its next,
+    every episode, measured here). A benchmark without MuJoCo runs under any value."""
     user = user_backend()
     needs = bench.required_modules()
     if user is None or "mujoco" not in needs:
@@ -148,16 +170,24 @@ def check_user_backend(bench: BenchmarkConfig) -> None:
     if "dm_control" in needs:  # which reads the value as it is
         value, takes = user, tuple(w for w in takes if w != "glx")
     if value not in takes:
+        works = ", ".join(working_backends()) or "none"
         raise ConfigError(
             f"MUJOCO_GL={user!r} is not a rendering backend.{did_you_mean(value.lower(), BACKENDS)} Allowed: egl, "
-            f"osmesa (with libOSMesa installed), glfw (with a display), or unset MUJOCO_GL to let rollbench choose"
+            f"osmesa (with libOSMesa installed), glfw (with a display); found on this machine: {works}; or unset MUJOCO_GL to "
+            f"let rollbench choose"
+        )
+    if films and value.lower() in _GLFW_WORDS and not has_display():
+        raise ConfigError(
+            f"MUJOCO_GL={user}{'' if value.lower() == 'glfw' else ' (glfw, MuJoCo default)'} needs a display, and none "
+            f"is set (DISPLAY, WAYLAND_DISPLAY); "
+            f"this run films videos (--eval.max_episodes_rendered={films}): {_what_works('glfw')}, film nothing "
+            f"with --eval.max_episodes_rendered=0, or unset MUJOCO_GL to let rollbench choose"
         )
     lib = _LIBRARIES.get(value)
     if lib is not None and not library_loads(lib):
-        others = " or ".join(f"MUJOCO_GL={b}" + (" (with a display)" if b == "glfw" else "") for b in BACKENDS if b != value)
         raise ConfigError(
-            f"MUJOCO_GL={user}: {lib}'s library (lib{lib}.so) was not found on this machine; install it "
-            f"(Debian/Ubuntu: apt-get install -y {_PACKAGES[value]}), set {others}, "
+            f"MUJOCO_GL={user}: {lib}'s library (lib{lib}.so) is not installed on this machine; install it "
+            f"(Debian/Ubuntu: apt-get install -y {_PACKAGES[value]}), {_what_works(value)}, "
             f"or unset MUJOCO_GL to let rollbench choose"
         )
 

@@ -285,14 +285,11 @@ class LocalShardsExecutor(Executor):
         """The launch, and what each child decided and counted (its `logs/shard-K.json`)."""
         assert self.cfg is not None
         children = [read_shard_facts(self.cfg.output_dir, s.shard_id) for s in self.shards]
-        counts = PolicyCalls()
-        for child in children:
-            counted = (child or {}).get("policy_calls") or {}
-            counts.add(int(counted.get("calls", 0)), int(counted.get("rows", 0)))
         scheduling = {"executor": "launch-local", "shards": [
             {"shard_id": s.shard_id, **((child or {}).get("scheduling") or {})} for s, child in zip(self.shards, children, strict=True)
         ]} if self.shards else None
-        return ExecutionFacts("launch-local", scheduling=scheduling, policy_calls=counts.to_json(), launch={
+        calls = PolicyCalls.total(*((child or {}).get("policy_calls") for child in children))
+        return ExecutionFacts("launch-local", scheduling=scheduling, policy_calls=calls, launch={
             "num_shards": self.cfg.eval.num_shards,
             "mujoco_gl": self.gl,
             "shards": [

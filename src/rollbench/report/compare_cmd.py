@@ -9,8 +9,9 @@ from typing import Any
 from rollbench.errors import ConfigError, did_you_mean
 from rollbench.report import plots, stats
 from rollbench.report.compare import Comparison, Rate, Row, compare_runs
-from rollbench.report.html import esc, output_file, page, table, write_atomic
+from rollbench.report.html import esc, page, table, write_atomic
 from rollbench.report.runs import LoadedRun, command_line, load_run
+from rollbench.writable import output_file
 
 COMPARE_HELP = """usage: rollbench compare A B [--html=OUT] [--fail-if-worse] [--alpha=0.05] [--seed_a=S] [--seed_b=S]
                          [--sequential [--margin=0.05] [--block=10] [--design=anytime|fixed]]
@@ -212,7 +213,7 @@ def _block(value: str) -> int:
 
 
 PARSERS: dict[str, Callable[[str], Any]] = {
-    "html": functools.partial(output_file, "html"), "fail-if-worse": _bool("fail-if-worse"), "fail_if_worse": _bool("fail_if_worse"),
+    "html": functools.partial(output_file, "--html"), "fail-if-worse": _bool("fail-if-worse"), "fail_if_worse": _bool("fail_if_worse"),
     "alpha": _fraction("alpha", ", e.g. 0.05"), "seed_a": _seed("seed_a"), "seed_b": _seed("seed_b"),
     "sequential": _bool("sequential"), "block": _block, "design": _design,
     "margin": _fraction("margin", " (a difference of success rates, e.g. 0.05 = 5 points)"),

@@ -15,8 +15,6 @@ import urllib.parse
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from rollbench.errors import ConfigError
-
 CSS = """
 :root { color-scheme: light; --fg: #212529; --muted: #6c757d; --line: #dee2e6; --ok: #2b8a3e; --bad: #c92a2a; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg);
@@ -90,20 +88,3 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-
-
-def output_file(flag: str, value: str) -> Path:
-    """A page's output path from `--flag=value`: a file in a directory that exists and takes
-    a new file. Checked by creating and removing one (os.access says yes to root for
-    directories like /proc that take none), before any work."""
-    path = Path(value)
-    if path.is_dir() or not path.parent.is_dir():
-        raise ConfigError(f"--{flag}={value!r} is not allowed; it must be a file path in an existing directory")
-    probe = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.probe")
-    try:
-        probe.write_text("", encoding="utf-8")
-        probe.unlink()
-    except OSError as err:
-        raise ConfigError(f"--{flag}={value!r}: {path.parent} takes no new file ({err.strerror}); give a path in a "
-                          f"directory you can write") from None
-    return path

@@ -19,10 +19,11 @@ from typing import Any
 
 from rollbench.errors import ConfigError, did_you_mean
 from rollbench.report import plots, robustness
-from rollbench.report.html import cards, esc, output_file, page, src, table, write_atomic
+from rollbench.report.html import cards, esc, page, src, table, write_atomic
 from rollbench.report.runs import LoadedRun, command_line, load_run
 from rollbench.results.log import read_records
 from rollbench.results.summary import wilson
+from rollbench.writable import output_file
 
 REPORT = "report.html"
 VIDEOS_PER_TASK = 4
@@ -284,7 +285,7 @@ def write_report(output_dir: str | Path, out: str | Path | None = None, videos_p
 
 def report_main(positional: list[str], flags: dict[str, Any]) -> int:
     """`rollbench report DIR [--output=PATH] [--videos_per_task=N]`: prints the page's path."""
-    known = {"output": functools.partial(output_file, "output"), "videos_per_task": _videos_flag}
+    known = {"output": functools.partial(output_file, "--output"), "videos_per_task": _videos_flag}
     for key in flags:
         if key not in known:
             hint = did_you_mean(key, known, "--{}".format)
@@ -294,7 +295,7 @@ def report_main(positional: list[str], flags: dict[str, Any]) -> int:
         raise ConfigError(f"rollbench report takes one directory, DIR ({got}); usage: rollbench report DIR")
     if not Path(positional[0]).is_dir():
         raise ConfigError(f"rollbench report DIR={positional[0]!r} is not a directory; give a run's --output_dir")
-    out = output_file("output", str(flags["output"])) if "output" in flags else None
+    out = output_file("--output", str(flags["output"])) if "output" in flags else None
     per_task = _videos_flag(str(flags["videos_per_task"])) if "videos_per_task" in flags else VIDEOS_PER_TASK
     print(write_report(positional[0], out, per_task))
     return 0

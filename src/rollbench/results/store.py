@@ -115,13 +115,7 @@ def prepare(output_dir: Path, identity: dict[str, Any], config: dict[str, Any], 
     seed, episodes) is refused with the differences listed, unless resume is off, in which
     case the old episodes are set aside (renamed, never deleted) and the run starts over.
     """
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        probe = output_dir / f".write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        raise ConfigError(f"--output_dir={str(output_dir)!r} is not writable ({err.strerror})") from None
+    output_dir.mkdir(parents=True, exist_ok=True)  # checked before any work (lifecycle.check_outputs)
     manifest = output_dir / MANIFEST
     episodes = output_dir / EPISODES_DIR
     continuing = False

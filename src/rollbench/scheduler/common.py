@@ -68,6 +68,16 @@ class PolicyCalls:
             return None
         return {"calls": self.calls, "rows": self.rows, "rows_per_call": round(self.rows / self.calls, 3)}
 
+    @classmethod
+    def total(cls, *counted: Any) -> dict[str, Any] | None:
+        """The sum of several `to_json()` values (those of shards, or of the commands that ran
+        one run); None and anything that is not such a value add nothing."""
+        out = cls()
+        for c in counted:
+            if isinstance(c, dict) and isinstance(c.get("calls"), int) and isinstance(c.get("rows"), int):
+                out.add(c["calls"], c["rows"])
+        return out.to_json()
+
 
 @dataclass(frozen=True)
 class StepContext:

@@ -67,7 +67,7 @@ def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, r
     budget = cfg.tune.budget_s if budget_s is None else budget_s
     machine = p.probe_machine()
     cfg.env.check_available()
-    check_user_backend(cfg.env)
+    check_user_backend(cfg.env, cfg.eval.max_episodes_rendered)
     units = shard(plan_for(cfg), cfg.eval.shard_id, cfg.eval.num_shards)
     if not units:
         raise ConfigError(f"--eval.shard_id={cfg.eval.shard_id}: this shard has no episodes to run")
