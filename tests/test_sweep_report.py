@@ -170,3 +170,17 @@ def test_a_run_against_a_sweep_pairs_with_its_control_only(tmp_path: Path) -> No
         assert res.rc == 0, res.err
         got[name] = (per_episode(tmp_path / name), [t.get("stop") for t in load_info(tmp_path / name)["per_task"]])
     assert got["vs_sweep"] == got["vs_plain"]
+
+
+def test_fail_if_worse_gates_every_condition_two_sweeps_share(tmp_path: Path) -> None:
+    """The expert is no worse than a noisier expert on the control, but worse under a 2-step
+    delay (docs/robustness.md): --fail-if-worse fails B=expert against A=noisier, not the reverse."""
+    sweep = ("eval", "--env.type=fake", "--policy.type=expert", "--eval.n_episodes=20", "--eval.report=false",
+             "--eval.perturb=action.latency=2")
+    noisy, expert = tmp_path / "noisy", tmp_path / "expert"
+    assert run_subprocess(*sweep, "--policy.action_noise=0.5", f"--output_dir={noisy}").rc == 0
+    assert run_subprocess(*sweep, f"--output_dir={expert}").rc == 0
+    res = run_subprocess("compare", str(noisy), str(expert), "--fail-if-worse")
+    assert res.rc == 1, res.out + res.err
+    assert re.search(r"^control .* not significant", res.out, re.M) and "B is worse under action.latency=2" in res.out
+    assert run_subprocess("compare", str(expert), str(noisy), "--fail-if-worse").rc == 0

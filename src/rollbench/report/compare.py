@@ -96,8 +96,9 @@ class Comparison:
 
     @property
     def b_worse(self) -> bool:
-        """B significantly worse overall or on any task (after Holm): what --fail-if-worse gates."""
-        return any(r.verdict == "worse" for r in [self.overall, *self.tasks])
+        """B significantly worse overall, on any task, or under any condition both sweeps ran
+        (each family after Holm): what --fail-if-worse gates."""
+        return any(r.verdict == "worse" for r in [self.overall, *self.tasks, *self.conditions])
 
     def verdicts(self) -> list[str]:
         overall = _overall_sentence(self.overall, len(self.tasks))

@@ -27,8 +27,9 @@ counts or step limits. Two sweeps (--eval.perturb) are also compared condition b
 condition (pairs: condition, task, seed; all tasks pooled; Holm across conditions).
 
   --html=OUT         also write the comparison as a self-contained page
-  --fail-if-worse    exit 1 when B is significantly worse than A, overall or on any task
-                     (after Holm): a regression gate for CI (--fail_if_worse works too)
+  --fail-if-worse    exit 1 when B is significantly worse than A, overall, on any task, or
+                     under any condition two sweeps share (after Holm): a regression gate
+                     for CI (--fail_if_worse works too)
   --alpha=A          significance level (default 0.05)
   --seed_a=S, --seed_b=S
                      for a run that records no seeds (lerobot-eval): the --seed it ran with;
