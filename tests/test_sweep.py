@@ -284,7 +284,7 @@ def test_paraphrases_replace_the_instruction_wherever_the_policy_runs(tmp_path: 
     common = ("eval", "--env.type=fake", "--policy.type=module", "--policy.path=helpers_sweep_policies:instruction_driven",
               "--eval.n_episodes=2", "--eval.perturb=language.paraphrase=1,2;language.drop=1")
     got = {}
-    for name, flags in {"workers": ("--workers=2", f"--eval.paraphrases={tmp_path / 'p.json'}"),
+    for name, flags in {"workers": ("--workers=2", f"--eval.paraphrases={tmp_path / 'p.json'}", "--eval.max_episodes_rendered=1"),
                         "here": ("--eval.mode=lockstep", "--eval.isolation=none", f"--eval.paraphrases={json.dumps(PARAPHRASES)}")
                         }.items():
         res = run_subprocess(*common, *flags, f"--output_dir={tmp_path / name}", timeout=300)
@@ -296,6 +296,9 @@ def test_paraphrases_replace_the_instruction_wherever_the_policy_runs(tmp_path: 
     assert len({tuple(r) for r in rewards.values()}) == 4, rewards  # four instructions, four sets of episodes
     config = load_info(tmp_path / "workers")["config"]["eval"]
     assert json.loads(config["paraphrases"]) == PARAPHRASES
+    # the report's still of each language condition says what the policy was told
+    page = (tmp_path / "workers" / "report.html").read_text()
+    assert any(f"instruction: “{p[0]}”" in page for p in PARAPHRASES.values()) and "<br>no instruction" in page
 
 
 @pytest.mark.parametrize("flags,words", [

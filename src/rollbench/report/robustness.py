@@ -19,6 +19,7 @@ import numpy as np
 from PIL import Image  # matplotlib's dependency, as report.html's plots are
 
 from rollbench import perturb
+from rollbench.errors import ConfigError
 from rollbench.report import conditions, plots
 from rollbench.report.html import esc, table
 from rollbench.report.runs import Episode, LoadedRun, TaskKey
@@ -113,12 +114,28 @@ def _stills(run: LoadedRun) -> Iterator[str]:
                        f'<figcaption><b>{esc(cid or "control")}</b> {outcome}<br>t = {t:.2f} s · '
                        f'episode of {e.n_steps} steps'
                        + ("<br>the filmed frame as the policy's camera sees it under " + esc(", ".join(image_axes))
-                          if image_axes else "") + '</figcaption></figure>')
+                          if image_axes else "") + _told(run, key, cid) + '</figcaption></figure>')
     name = run.tasks[key].name
     yield (f'<p class="muted">{esc(name)}, episode {episode.index} (seed {episode.seed}) under each condition, at the '
            "time of the middle frame of the control's video (the last frame of a video that ended sooner); "
            "the videos are in videos/.</p>")
     yield f'<div class="videos">{"".join(figures)}</div>'
+
+
+def _told(run: LoadedRun, key: TaskKey, cid: str) -> str:
+    """A caption line with the instruction a language axis gave the policy ("" for none)."""
+    cond = perturb.condition(cid) if cid else perturb.CONTROL
+    if cond.get("language.drop"):
+        return "<br>no instruction"
+    if not cond.get("language.paraphrase"):
+        return ""
+    entry: dict[str, Any] = next((t for t in run.info.get("per_task", []) if (t.get("task_group"), t.get("task_id")) == key), {})
+    table = str(((run.config or {}).get("eval") or {}).get("paraphrases") or "")
+    try:
+        told = perturb.instruction(cond, table, run.tasks[key].name, str(entry.get("description", "")))
+    except ConfigError:  # a run.json without its table: say nothing rather than guess
+        return ""
+    return f"<br>instruction: “{esc(told)}”"
 
 
 def _still(av: Any, path: Path, index: int | None, cid: str | None = None, seed: int | None = None) -> tuple[str, float, int]:
