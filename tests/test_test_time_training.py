@@ -166,3 +166,28 @@ def test_a_lerobot_checkpoint_is_not_flagged(cli, tmp_path, policy_type):
         fresh = results["fresh"][key]
         assert (fresh[0], fresh[3], fresh[4]) == (plain[0], plain[3], plain[4])
         assert fresh[1] == pytest.approx(plain[1], abs=1e-5)
+
+
+def test_rollbench_serve_refuses_a_policy_that_trains_unless_each_episode_has_fresh_weights(cli, tmp_path: Path) -> None:
+    """Behind `rollbench serve` too: the first call that changes the weights is refused, and so is
+    every later one (the weights stay changed), in one line naming the flag; with
+    --policy.fresh_weights=true the served episodes are the local ones."""
+    from helpers_remote import rollbench_server
+
+    flags = ("--env.type=fake", "--eval.n_episodes=2", "--workers=1")
+    with rollbench_server(policy__type="module", policy__path="ttt_policy:make", env__type="fake") as server:
+        res = cli("eval", *flags, "--policy.type=remote", f"--policy.url={server.url}", f"--output_dir={tmp_path / 'r'}")
+        tainted = server.server.tainted
+    assert res.rc != 0
+    assert tainted is not None and "changed 2 of its 2 parameter tensors since its first call" in tainted
+    assert "--policy.fresh_weights=true" in res.err
+    local = cli("eval", *flags, "--policy.type=module", "--policy.path=ttt_policy:make", "--policy.fresh_weights=true",
+                f"--output_dir={tmp_path / 'local'}")
+    assert local.rc == 0, local.err
+    with rollbench_server(policy__type="module", policy__path="ttt_policy:make", policy__fresh_weights="true",
+                          env__type="fake") as server:
+        res = cli("eval", *flags, "--policy.type=remote", f"--policy.url={server.url}", "--policy.replan_steps=1",
+                  f"--output_dir={tmp_path / 'served'}")
+        assert server.server.tainted is None
+    assert res.rc == 0, res.err
+    assert per_episode(tmp_path / "served") == per_episode(tmp_path / "local")

@@ -34,6 +34,7 @@ from rollbench import __version__
 from rollbench.config.env import BenchmarkConfig
 from rollbench.errors import PolicyError
 from rollbench.policies.base import EpisodeStart, Policy, check_actions
+from rollbench.policies.weights import WeightWatch, torch_modules
 from rollbench.remote.keys import PROMPT_KEY, KeyMap
 from rollbench.remote.wire import (
     PROTOCOL_VERSION,
@@ -143,6 +144,10 @@ class PolicyServer:
         self.opts = opts
         self.name = name
         self.stats = Stats()
+        # a policy that changes its weights while it acts (test-time training) answers each
+        # client after what it learnt from the others: refused at its first change, as eval does
+        self.watch: WeightWatch | None = None  # begun at the first call, as StepContext.act begins it
+        self.tainted: str | None = None
         self.required = {k: tuple(f.shape) for k, f in benchmark.features.items() if f.type in ("STATE", "ENV", "VISUAL")}
         known = frozenset(self.required)
         self.keymaps = {d: KeyMap(d, benchmark.type_name, opts.keys, known) for d in ("openpi", "vla-eval")}  # type: ignore[arg-type]
@@ -384,9 +389,22 @@ class PolicyServer:
             return
         slots = [items[i].session.slot for i in rows]
         try:
+            if self.tainted is not None:
+                raise PolicyError(self.tainted)
             batch: dict[str, Any] = {k: np.stack([items[i].obs[k] for i in rows]) for k in items[rows[0]].obs}
             batch["task"] = [items[i].description for i in rows]
+            if self.watch is None:
+                self.watch = WeightWatch(torch_modules(self.policy))
             actions = check_actions(self.policy.act(batch, slots), len(rows), self.action_space, self.name)
+            changed = self.watch.changed() if len(self.watch) else 0
+            if changed:
+                self.tainted = (
+                    f"policy {self.name} changed {changed} of its {len(self.watch)} parameter tensors since its first "
+                    f"call (it trains at test time): each answer would depend on every request before it, from any "
+                    f"client; serve it with --policy.fresh_weights=true to give every episode its own copy of the weights"
+                )
+                log.error("%s", self.tainted)
+                raise PolicyError(self.tainted)
             for n, i in enumerate(rows):
                 results[i] = actions[n]
         except Exception as err:
