@@ -1,15 +1,18 @@
 """An executor plugin: every unit in this process, one env per task, one episode at a time.
 
 Slow, and simple to follow with a debugger or a profiler: nothing runs in another process.
-Select it with ROLLBENCH_PLUGINS=serial_executor and --executor=serial.
+Select it with ROLLBENCH_PLUGINS=serial_executor and --executor=serial; its own flag:
+--executor.fresh_env=true builds a new env for every episode.
 """
 
 from __future__ import annotations
 
 import traceback
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
+from rollbench.config.fields import opt
 from rollbench.config.run import RunConfig
 from rollbench.errors import RollbenchError
 from rollbench.executors import EXECUTORS
@@ -20,14 +23,23 @@ from rollbench.results.records import EpisodeRecord
 from rollbench.scheduler.common import StepContext, play_episode
 
 
+@dataclass(frozen=True)
+class SerialOptions:
+    """`--executor.*` flags of --executor=serial."""
+
+    fresh_env: bool = opt(False, "a new env for every episode (default: one per task, kept for the run)")
+
+
 @EXECUTORS.register("serial")
 class SerialExecutor(Executor):
+    options_class = SerialOptions
     policy: Policy | None = None
 
     def setup(self, cfg: RunConfig) -> None:
         # before the output directory is touched: a policy that cannot load stops the run here
         self.cfg = cfg
-        self.ctx = StepContext(cfg.env, cfg.policy, cfg.seed)
+        self.opts: SerialOptions = self.options(cfg)
+        self.ctx = StepContext.of_run(cfg)
         self.policy = self.ctx.make_policy()
 
     def execute(self, run: Run) -> Iterator[EpisodeRecord]:
@@ -43,6 +55,8 @@ class SerialExecutor(Executor):
                         if unit.task not in envs:
                             envs[unit.task] = self.cfg.env.make_task_env(unit.task)
                         yield play_episode(self.ctx, self.policy, envs[unit.task], unit, record_mode=self.cfg.eval.record_mode)
+                        if self.opts.fresh_env:
+                            envs.pop(unit.task).close()
                         break
                     except RollbenchError:  # the policy's error (PolicyError): the run stops
                         raise

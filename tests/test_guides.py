@@ -98,14 +98,16 @@ def test_an_executor_plugin_gives_the_episodes_of_the_local_executor(tmp_path):
     assert listed.out.split("executors (--executor):", 1)[1].split("\n\n")[0].split() == ["local", "ray", "serial"]
     results = {}
     for name, flags in {"serial": ("--executor=serial",), "local": ("--workers=2",),
-                        "lockstep": ("--eval.mode=lockstep", "--eval.batch_size=4")}.items():
+                        "lockstep": ("--eval.mode=lockstep", "--eval.batch_size=4"),
+                        "fresh": ("--executor=serial", "--executor.fresh_env=true")}.items():
         out = tmp_path / name
         res = run_subprocess(*NOISY, *flags, f"--output_dir={out}", timeout=180, **EXECUTOR)
         assert res.rc == 0, (name, res.err)
         results[name] = per_episode(out)
     assert len(results["serial"]) == 15
     assert len({r[1] for r in results["serial"].values()}) > 10, "a test that cannot tell episodes apart"
-    assert results["serial"] == results["local"] == results["lockstep"]
+    assert results["serial"] == results["local"] == results["lockstep"] == results["fresh"]
+    assert load_info(tmp_path / "fresh")["config"]["executor_options"] == {"fresh_env": "true"}
     info = load_info(tmp_path / "serial")
     assert info["mode"] == "serial" and info["scheduling"] is None
     assert info["policy_calls"]["rows_per_call"] == 1.0
@@ -120,12 +122,16 @@ def test_executor_refusals_are_one_line_errors(tmp_path):
     cases = [
         ({}, "--executor=serial", "--executor=serial: no executor named 'serial'. Known: local, ray."),
         (EXECUTOR, "--executor=seriall", "Did you mean 'serial'?"),
+        (EXECUTOR, "--executor.fresh_envs=true", "--executor.fresh_envs: --executor=local takes no --executor.* flags"),
     ]
     for env, flag, message in cases:
         res = run_subprocess(*NOISY, flag, f"--output_dir={tmp_path / 'o'}", timeout=60, **env)
         assert res.rc == 2, (flag, res.err)
         assert res.err.strip().splitlines() == [res.err.strip()], res.err
         assert message in res.err and "Traceback" not in res.err
+    res = run_subprocess(*NOISY, "--executor=serial", "--executor.fresh_envs=true", f"--output_dir={tmp_path / 'o'}",
+                         timeout=60, **EXECUTOR)
+    assert res.rc == 2 and "unknown flag --executor.fresh_envs. Did you mean --executor.fresh_env?" in res.err, res.err
     res = run_subprocess(*NOISY, "--executor=serial", "--eval.num_shards=2", "--launch=local",
                          f"--output_dir={tmp_path / 'o'}", timeout=60, **EXECUTOR)
     assert res.rc == 2 and "--executor=serial with --launch=local is not allowed" in res.err, res.err

@@ -10,6 +10,7 @@ A LeRobot checkpoint, which only reads its weights, is not flagged.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import pytest

@@ -112,12 +112,15 @@ def config_from_flags(flags: dict[str, str]) -> RunConfig:
     eval_cfg = build(EvalConfig, group(flags, "eval."), "eval.")
     tune_cfg = build(TuneConfig, group(flags, "tune."), "tune.")
     ray_cfg = build(RayConfig, group(flags, "ray."), "ray.")
+    executor_options = group(flags, "executor.")  # the executor checks them (Executor.options)
     for key in list(flags):
         if "." in key:
-            raise ConfigError(f"unknown flag --{key}; flag groups are --env.*, --policy.*, --eval.*, --tune.*, --ray.*")
+            raise ConfigError(f"unknown flag --{key}; flag groups are --env.*, --policy.*, --eval.*, --tune.*, --ray.*, "
+                              f"--executor.*")
     if not flags.get("output_dir"):
         flags["output_dir"] = default_output_dir(env.type_name, policy.type, flags.get("job_name"))
-    return build(RunConfig, flags, "", env=env, policy=policy, eval=eval_cfg, tune=tune_cfg, ray=ray_cfg)
+    return build(RunConfig, flags, "", env=env, policy=policy, eval=eval_cfg, tune=tune_cfg, ray=ray_cfg,
+                 executor_options=executor_options)
 
 
 def resolved(cfg: RunConfig) -> RunConfig:
@@ -192,7 +195,9 @@ def eval_help() -> str:
         "command with the same --output_dir resumes.",
         "",
         "run:",
-        _rows([r for r in field_help(RunConfig, "") if r[0] not in ("--env", "--policy", "--eval", "--tune", "--ray")]),
+        _rows([r for r in field_help(RunConfig, "") if r[0] not in ("--env", "--policy", "--eval", "--tune", "--ray",
+                                                                    "--executor_options")]),
+        "  --executor.FIELD  (a plugin executor's own flags: its options_class; docs/adding_an_executor.md)",
         "",
         "eval:",
         _rows([*field_help(EvalConfig, "eval."), SWEEP_HELP]),
@@ -357,6 +362,7 @@ def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
         kind = EXECUTORS.get(cfg.executor)  # an unknown name is refused before a checkpoint downloads
     except UnknownNameError as err:
         raise ConfigError(f"--executor={cfg.executor}: {err}") from None
+    kind.options(cfg)  # its --executor.* flags, before anything is built
     check_outputs(cfg)  # so is a path that takes no file (run_eval checks it again, for its other callers)
     cfg = resolved(cfg)
     executor: Executor = kind.for_run(cfg, flags)

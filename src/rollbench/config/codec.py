@@ -27,7 +27,8 @@ def to_flags(data: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
         if value is None:
             continue
         if isinstance(value, Mapping):
-            out.update(to_flags(value, prefix if key == "options" else f"{prefix}{key}."))
+            nested = {"options": prefix, "executor_options": f"{prefix}executor."}.get(key, f"{prefix}{key}.")
+            out.update(to_flags(value, nested))
         elif isinstance(value, list | tuple):
             out[f"{prefix}{key}"] = ",".join(map(str, value))
         else:

@@ -50,6 +50,8 @@ class RunConfig:
         "ray (actors on a Ray cluster, --ray.*; needs `pip install 'rollbench[ray]'`); "
         "or a plugin's executor (`rollbench list`)"
     )
+    #: --executor.<field>: a plugin executor's own flags (its `options_class`), checked by the executor
+    executor_options: dict[str, str] = dataclasses.field(default_factory=dict, metadata={"help": "other --executor.<field> flags"})
     launch: Literal["none", "local"] = opt(
         "none", "local: start --eval.num_shards shard processes on this machine and merge"
     )

@@ -13,9 +13,11 @@ import abc
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from rollbench.config.fields import build
 from rollbench.config.run import RunConfig
+from rollbench.errors import ConfigError
 from rollbench.plan import EpisodeUnit, UnitKey, shard
 from rollbench.results.adaptive import Stops
 from rollbench.results.eval_info import ExecutionFacts
@@ -47,6 +49,19 @@ class Executor(abc.ABC):
     #: log before it counts. True: the executor's own processes write their logs (local
     #: shards), and the records it yields are only for the progress line.
     logs_itself: ClassVar[bool] = False
+    #: a dataclass of the executor's own flags (`--executor.<field>=VALUE`), or None: it takes none
+    options_class: ClassVar[type | None] = None
+
+    @classmethod
+    def options(cls, cfg: RunConfig) -> Any:
+        """`cfg`'s --executor.* flags as `options_class` (None when it has none); a flag it does
+        not take is a one-line ConfigError."""
+        if cls.options_class is None:
+            if cfg.executor_options:
+                first = next(iter(cfg.executor_options))
+                raise ConfigError(f"--executor.{first}: --executor={cfg.executor} takes no --executor.* flags")
+            return None
+        return build(cls.options_class, cfg.executor_options, "executor.")
 
     @classmethod
     def for_run(cls, cfg: RunConfig, flags: Mapping[str, str]) -> Executor:

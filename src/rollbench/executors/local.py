@@ -51,7 +51,7 @@ class LocalExecutor(Executor):
 
     def setup(self, cfg: RunConfig) -> None:
         self.cfg = cfg
-        self.ctx = StepContext(cfg.env, cfg.policy, cfg.seed, cfg.eval.paraphrases)
+        self.ctx = StepContext.of_run(cfg)
         self.rss_before, t0 = rss_now(), time.perf_counter()
         self.policy = self.ctx.make_policy()
         self.load_s = time.perf_counter() - t0

@@ -98,6 +98,11 @@ class StepContext:
     #: id(policy) -> (a reference to it, the watch on its weights): `act` refuses a policy that changes them
     watches: dict[int, tuple[Callable[[], Any], WeightWatch | None]] = field(default_factory=dict, compare=False)
 
+    @classmethod
+    def of_run(cls, cfg: Any) -> StepContext:
+        """The context of a run with config `cfg` (a RunConfig): what an executor's process acts with."""
+        return cls(cfg.env, cfg.policy, cfg.seed, cfg.eval.paraphrases)
+
     @cached_property
     def action_space(self) -> Any:
         first = next(task for names in self.benchmark.tasks().values() for task in names)
