@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from conftest import load_info, run_subprocess
+from rollbench.report import conditions
+from rollbench.report.runs import load_run
 from rollbench.report.sequential import sequential_test
 from rollbench.results.adaptive import StopRule, decide
 from rollbench.results.log import read_records
@@ -26,7 +28,7 @@ PAIRED = (*COMMON, "--eval.perturb=action.noise=3", "--eval.perturb_stop=paired"
 WAYS = {
     "one_worker": ("--workers=1",),
     "two_workers": ("--workers=2",),
-    "lockstep_in_process": ("--eval.mode=lockstep", "--eval.isolation=none", "--eval.batch_size=4"),
+    "lockstep_in_process": ("--eval.mode=lockstep", "--eval.isolation=none", "--eval.batch_size=7"),
 }
 
 
@@ -84,6 +86,12 @@ def check_same_and_recomputed(outs: dict[str, Path]) -> dict[tuple[str, int], tu
             assert v["n_pairs"] == len(pairs)
             assert v["only_control"] == sum(a and not b for a, b in pairs)
             assert v["only_condition"] == sum(b and not a for a, b in pairs)
+    # the report's and `rollbench compare`'s view of each condition: its counted prefix too
+    for name, out in outs.items():
+        split = conditions.split(load_run(str(out), "run"))
+        assert split is not None
+        for c in load_info(out)["per_condition"]:
+            assert sum(t.n for t in split[c["condition"]].tasks.values()) == c["n_episodes"], (name, c["condition"])
     # the control's LeRobot keys are its counted prefix, with the control's stop per task
     for t in info["per_task"]:
         assert t["stop"]["n_episodes"] == stops(first)[("", t["task_id"])][0] == t["n_episodes"]
@@ -135,6 +143,9 @@ def test_paired_stops_an_obviously_worse_condition_early_and_the_control_with_it
         b = [every[("action.noise=3", task)][i] for i in range(n)]
         result = sequential_test(a, b, 0.05 / 3, 0.05, BLOCK)
         assert (result.decision, result.n_pairs) == ("worse", n)
+    # lockstep's batches of 7 ran a condition's episodes past its stop (not counted, above)
+    lockstep = load_info(outs["lockstep_in_process"])["per_condition"][1]["per_task"]
+    assert sum(t["stop"]["ran_past_stop"] for t in lockstep) > 0
     info = load_info(outs["one_worker"])
     assert info["adaptive"]["perturb_stop"] == "paired" and info["adaptive"]["level"] == pytest.approx(0.05 / 3)
 
