@@ -14,6 +14,7 @@ finished one (a baseline) stops as soon as the baseline's episodes decide it.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -145,10 +146,7 @@ def paired_decision(a: Mapping[int, bool | None], b: Mapping[int, bool | None], 
             xa.append(bool(a[i]))
             xb.append(bool(b[i]))
             index.append(i)
-    if design == "fixed":  # the budget: every pair the two can have (failed units give none)
-        result = sequential.fixed_budget_test(xa, xb, max(1, reach), level, block)
-    else:
-        result = sequential.sequential_test(xa, xb, level, margin, block)
+    result = _test(tuple(xa), tuple(xb), reach, level, margin, block, design)
     details = {label: {
         "decision": result.decision, "n_pairs": result.n_pairs, "b_wins": result.b_wins,
         "n_discordant": result.n_discordant,
@@ -163,6 +161,16 @@ def paired_decision(a: Mapping[int, bool | None], b: Mapping[int, bool | None], 
     if looked >= reach:
         return TaskStop(max_episodes, "max_episodes", None, looked, details)
     return TaskStop(None, "running", None, looked, details)
+
+
+@functools.lru_cache(maxsize=4096)
+def _test(xa: tuple[bool, ...], xb: tuple[bool, ...], reach: int, level: float, margin: float, block: int,
+          design: sequential.Design) -> sequential.SequentialResult:
+    """The test of these pairs, once: a rule asks again after every episode of the key or of a
+    linked one (a sweep's control: each of its conditions), and the pairs change once a block."""
+    if design == "fixed":  # the budget: every pair the two can have (failed units give none)
+        return sequential.fixed_budget_test(xa, xb, max(1, reach), level, block)
+    return sequential.sequential_test(xa, xb, level, margin, block)
 
 
 def _number(x: float) -> float | None:
