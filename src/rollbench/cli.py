@@ -327,7 +327,7 @@ def cmd_check(flags: dict[str, str]) -> int:
 
 
 def adaptive_line(a: dict[str, Any], n_tasks: int, per_task: list[dict[str, Any]] | None = None) -> str:
-    """What --eval.ci_width or --eval.versus did, in one line."""
+    """What --eval.ci_width, --eval.versus or --eval.perturb_stop did, in one line."""
     if "versus" in a:
         decided = [t["stop"]["reason"] for t in per_task or [] if t["stop"]["reason"] in ("better", "worse", "equivalent")]
         counts = ", ".join(f"{decided.count(d)} {d}" for d in ("better", "worse", "equivalent") if d in decided)
@@ -335,12 +335,20 @@ def adaptive_line(a: dict[str, Any], n_tasks: int, per_task: list[dict[str, Any]
         line = (f"sequential comparison against {a['versus']} (--eval.versus{design}, a look every {a['block']} episodes, "
                 f"alpha {a['alpha']:g} over {n_tasks} tasks): this run is {counts or 'not decided on any task'}; "
                 f"{a['episodes_saved']} of {n_tasks * a['max_episodes']} episodes saved")
+    elif "perturb_stop" in a:
+        n = n_tasks * a["stops_per_task"]
+        line = (f"adaptive sweep (--eval.perturb_stop=paired, a look every {a['block']} episodes, alpha {a['alpha']:g} "
+                f"over {n_tasks * (a['stops_per_task'] - 1)} conditions x tasks): {a['tasks_stopped_early']} of {n} "
+                f"(task, condition)s stopped before {a['max_episodes']} episodes, {a['episodes_saved']} of "
+                f"{n * a['max_episodes']} episodes saved")
     else:
+        n = n_tasks * a.get("stops_per_task", 1)
+        what = "(task, condition)s" if "stops_per_task" in a else "tasks"
         line = (f"adaptive (--eval.ci_width={a['ci_width']}, a look every {a['block']} episodes): "
-                f"{a['tasks_stopped_early']} of {n_tasks} tasks stopped before {a['max_episodes']} episodes, "
-                f"{a['episodes_saved']} of {n_tasks * a['max_episodes']} episodes saved")
+                f"{a['tasks_stopped_early']} of {n} {what} stopped before {a['max_episodes']} episodes, "
+                f"{a['episodes_saved']} of {n * a['max_episodes']} episodes saved")
     if a["tasks_running"]:
-        line += f"; {a['tasks_running']} tasks not decided yet"
+        line += f"; {a['tasks_running']} {'(task, condition)s' if 'stops_per_task' in a else 'tasks'} not decided yet"
     if a["episodes_ran_past_stop"]:
         line += f"; {a['episodes_ran_past_stop']} finished past their task's stop before it was known (not counted)"
     return line

@@ -31,6 +31,7 @@ from rollbench.progress import Progress
 from rollbench.rendering import check_user_backend
 from rollbench.report import sweep
 from rollbench.report import write_report as draw_report
+from rollbench.report.paired_stop import paired_rule
 from rollbench.report.versus import precheck, versus_rule
 from rollbench.results import eval_info
 from rollbench.results.adaptive import Rule, StopRule, Stops
@@ -139,9 +140,13 @@ def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) 
         todo = pending(units, done)
         if stops is None:
             return todo
-        if isinstance(rule, StopRule) and rule.seeds > 1:  # each task's units in the order its prefixes grow
-            tasks = {key: i for i, key in enumerate(dict.fromkeys((u.task_group, u.task_id) for u in todo))}
-            todo.sort(key=lambda u: (tasks[(u.task_group, u.task_id)], rule.position(u.episode_index)))
+        # each task's units in the order its prefixes grow (--seeds: round robin over the seeds'
+        # blocks), a sweep's conditions side by side, so a condition's pairs with the control
+        # come as they go
+        tasks = {key: i for i, key in enumerate(dict.fromkeys((u.task_group, u.task_id) for u in todo))}
+        conditions = {c: i for i, c in enumerate(cfg.eval.conditions)}
+        todo.sort(key=lambda u: (tasks[(u.task_group, u.task_id)], stops.rule.position(u.episode_index),
+                                 conditions[u.condition]))
         return [u for u in todo if stops.wanted(u)]
 
     done = frozenset(finished)
@@ -198,7 +203,8 @@ def close_run(
     info = eval_info.build(merged, cfg, output_dir, how, command, took, stopped)
     counted = merged if stopped is None else stopped[1].merged
     if len(cfg.eval.conditions) > 1:  # a sweep: each condition against the control
-        info.body["per_condition"] = sweep.per_condition(counted, cfg.eval.conditions, cfg.eval.n_episodes * max(1, len(cfg.seeds)))
+        info.body["per_condition"] = sweep.per_condition(counted, cfg.eval.conditions,
+                                                         cfg.eval.n_episodes * max(1, len(cfg.seeds)), stopped)
     if cfg.eval.record_mode is not None and merge_dataset:
         finished = info.complete and info.body.get("adaptive", {}).get("tasks_running", 0) == 0
         info.body["dataset"] = _merge_dataset(output_dir, cfg, counted, finished)
@@ -234,9 +240,12 @@ def _merge_dataset(output_dir: Path, cfg: RunConfig, counted: Merged, finished: 
 
 
 def stop_rule(cfg: RunConfig) -> Rule | None:
-    """An adaptive run's stop rule: --eval.ci_width's, or a comparison against --eval.versus."""
+    """An adaptive run's stop rule: --eval.ci_width's (a sweep: per task and condition), a
+    comparison against --eval.versus, or a sweep's conditions against its control."""
     if cfg.eval.versus is not None:
         return versus_rule(cfg)
+    if cfg.eval.perturb_stop == "paired":
+        return paired_rule(cfg)
     return StopRule.from_config(cfg.eval, max(1, len(cfg.seeds)))
 
 

@@ -28,11 +28,15 @@ class EvalConfig:
         "stops once an anytime-valid sequential test of this run against it decides better, worse or equivalent "
         "(docs/compare.md); --eval.n_episodes is the maximum",
     )
-    versus_alpha: float = opt(0.05, "--eval.versus: the test's level over all tasks (each task at alpha / tasks)")
-    versus_margin: float = opt(0.05, "--eval.versus: equivalent when the difference of success rates is surely within this")
+    versus_alpha: float = opt(
+        0.05, "--eval.versus: the test's level over all tasks (each task at alpha / tasks); --eval.perturb_stop=paired: "
+        "over all conditions and tasks (each at alpha / (conditions x tasks))")
+    versus_margin: float = opt(
+        0.05, "--eval.versus, --eval.perturb_stop=paired: equivalent when the difference of success rates is surely "
+        "within this")
     versus_design: str = opt(
         "anytime",
-        "--eval.versus: anytime (a betting confidence sequence: better, worse or equivalent, valid at any stop) or "
+        "--eval.versus, --eval.perturb_stop=paired: anytime (a betting confidence sequence: better, worse or equivalent, valid at any stop) or "
         "fixed (an exact group-sequential McNemar test with --eval.n_episodes as its budget: better or worse, the "
         "power of a fixed-n test with fewer episodes; docs/compare.md)",
     )
@@ -63,6 +67,13 @@ class EvalConfig:
         "image.brightness, image.contrast, image.occlusion, image.jpeg, image.shift; inside MetaWorld and LIBERO also "
         "camera.shift, camera.rotate, light.intensity, object.shift); every task runs --eval.n_episodes under "
         "the control and under each level, on the control's seeds (docs/robustness.md)",
+    )
+    perturb_stop: str = opt(
+        "none",
+        "adaptive sweep: paired: each condition of a task stops once an anytime-valid sequential test of its "
+        "episodes against the control's same-seed ones decides better, worse or equivalent (--eval.versus_alpha, "
+        "_margin, _design; --eval.ci_block); the control stops once every condition of its task has; "
+        "--eval.n_episodes is the maximum; none: no such stop (docs/robustness.md)",
     )
     paraphrases: str = opt(
         "",
@@ -131,12 +142,18 @@ class EvalConfig:
             if paraphrased and not self.paraphrases:
                 raise ConfigError("--eval.perturb: language.paraphrase needs --eval.paraphrases=FILE, the paraphrases of "
                                   "each task's instruction")
-            if self.ci_width is not None or self.versus is not None:
-                raise ConfigError(f"--eval.perturb with {'--eval.ci_width' if self.ci_width is not None else '--eval.versus'}: "
-                                  f"adaptive stopping per condition is not built yet; run the sweep without it")
+            if self.versus is not None:
+                raise ConfigError("--eval.perturb with --eval.versus: a sweep is not compared with another run; "
+                                  "--eval.perturb_stop=paired compares each condition with the sweep's control")
             if self.recording:
                 raise ConfigError("--eval.perturb with --eval.recording: recording a sweep's perturbed episodes is not built "
                                   "yet; record the control in a run of its own")
+        if self.perturb_stop not in ("none", "paired"):
+            raise ConfigError(f"--eval.perturb_stop={self.perturb_stop!r} is not allowed; use paired or none")
+        if self.perturb_stop == "paired" and not self.perturb:
+            raise ConfigError("--eval.perturb_stop=paired stops a sweep's conditions; it needs --eval.perturb")
+        if self.perturb_stop == "paired" and self.ci_width is not None:
+            raise ConfigError("--eval.perturb_stop=paired and --eval.ci_width are two stop rules; give one of them")
         if self.versus is not None and self.ci_width is not None:
             raise ConfigError("--eval.versus and --eval.ci_width are two stop rules; give one of them")
         if self.versus_design not in ("anytime", "fixed"):
@@ -179,6 +196,11 @@ class EvalConfig:
             raise ConfigError(f"--eval.step_timeout_s={self.step_timeout_s} is not allowed; it must be > 0")
 
     @property
+    def adaptive(self) -> bool:
+        """Whether a stop rule may end a task (or a sweep's condition) before --eval.n_episodes."""
+        return self.ci_width is not None or self.versus is not None or self.perturb_stop != "none"
+
+    @property
     def conditions(self) -> tuple[str, ...]:
         """The ids of --eval.perturb's conditions, the control ("") first; ("",) without it."""
         return tuple(c.id for c in perturb.parse(self.perturb))
@@ -192,5 +214,5 @@ class EvalConfig:
     def envs_per_batch(self) -> int:
         """Lockstep mode: envs per batch (a batch never holds more envs than a task has episodes).
         An adaptive run looks every `ci_block` episodes, so its batches default to a block."""
-        default = self.ci_block if self.ci_width is not None or self.versus is not None else 50
+        default = self.ci_block if self.adaptive else 50
         return min(self.batch_size or default, self.n_episodes)

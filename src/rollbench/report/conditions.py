@@ -47,28 +47,46 @@ def _latest(records: list[EpisodeRecord]) -> dict[tuple[str, str, int, int], Epi
     return out
 
 
+def _stops(run: LoadedRun, c: int) -> dict[TaskKey, int]:
+    """An adaptive sweep's counted prefix of each task under condition `c` (none: every episode)."""
+    entry = run.info["per_condition"][c]
+    out = {}
+    for t in entry.get("per_task") or []:
+        n = (t.get("stop") or {}).get("n_episodes")
+        if isinstance(n, int):
+            out[(t["task_group"], t["task_id"])] = n
+    return out
+
+
 def split(run: LoadedRun) -> dict[str, LoadedRun] | None:
     """Each condition of a sweep as a run of its own (its tasks' episodes numbered from 0 like
     the control's); the control is `run` itself. None: not a sweep, or no episode log under
-    its eval_info.json's directory (then only the control's episodes are known)."""
+    its eval_info.json's directory (then only the control's episodes are known). An adaptive
+    sweep: only each (task, condition)'s counted prefix (its `stop`), as per_condition counts."""
     ids = condition_ids(run)
     if ids is None:
         return None
     records = _latest(read_records(run.root, recursive=True))  # `rollbench merge`'s shards: a log per directory
     if not any(rec.condition for rec in records.values()):
         return None
+    from rollbench.results.adaptive import seed_major  # lazy, as report.py's: adaptive sweeps only
+
     per_condition = _per_condition(run, len(ids))
+    seeds = max(1, len((run.config or {}).get("seeds") or ()))
     out: dict[str, LoadedRun] = {}
     for c, cid in enumerate(ids):
         if not cid:
             out[cid] = run
             continue
+        cut = _stops(run, c)
         episodes: dict[TaskKey, list[Episode]] = {k: [] for k in run.tasks}
         failed: dict[TaskKey, int] = dict.fromkeys(run.tasks, 0)
         for (rc, group, task_id, index), rec in sorted(records.items()):
             key = (group, task_id)
             if rc != cid or key not in episodes:
                 continue
+            if key in cut and seed_major(index - c * per_condition, per_condition, seeds) >= cut[key]:
+                continue  # past the (task, condition)'s stop: not counted
             if not rec.ok:
                 failed[key] += 1
                 continue

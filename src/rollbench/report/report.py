@@ -142,6 +142,8 @@ def _adaptive(run: LoadedRun) -> Iterator[str]:
     if "versus" in a:
         yield from _versus(run, a)
         return
+    if "perturb_stop" in a:  # a sweep's conditions against its control: per_condition's stops tell
+        return
     # lazy: adaptive runs only; every command's --help imports this module
     from rollbench.results.adaptive import StopRule
 
@@ -150,7 +152,8 @@ def _adaptive(run: LoadedRun) -> Iterator[str]:
     yield "<h2>Adaptive stopping</h2>"
     yield (f'<p class="muted">Each task stopped at the first look (every {rule.block} episodes) whose whole prefix '
            f"of episodes had a 95% Wilson interval at most {100 * rule.ci_width:g} points wide, or at "
-           f"{rule.max_episodes} episodes; {a['episodes_saved']} of {rule.max_episodes * len(stops)} episodes saved. "
+           f"{rule.max_episodes} episodes; {a['episodes_saved']} of "
+           f"{rule.max_episodes * len(stops) * int(a.get('stops_per_task', 1))} episodes saved. "
            "Band: the interval after each look; dashed line: the stop (green: target met, grey: the maximum).</p>")
     tasks = []
     for t in run.tasks.values():

@@ -25,6 +25,8 @@ from typing import Any
 from rollbench import perturb
 from rollbench.plan import EpisodeUnit
 from rollbench.report.stats import Paired, holm, mcnemar_exact, newcombe_paired
+from rollbench.results import adaptive
+from rollbench.results.eval_info import rule_aware_estimate
 from rollbench.results.merge import Merged
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.summary import aggregate
@@ -61,9 +63,14 @@ def _versus(t: Paired) -> dict[str, Any]:
     }
 
 
-def per_condition(merged: Merged, conditions: Sequence[str], n_per_condition: int) -> list[dict[str, Any]]:
+def per_condition(
+    merged: Merged, conditions: Sequence[str], n_per_condition: int,
+    stopping: tuple[adaptive.Rule, adaptive.Applied] | None = None,
+) -> list[dict[str, Any]]:
     """The `per_condition` section of a sweep whose plan is `merged.plan` (finished, ok
-    episodes only; a unit still missing or failed has no pair)."""
+    episodes only; a unit still missing or failed has no pair). `stopping`: an adaptive
+    sweep's rule and what it counted (`merged` is then `Applied.merged`, each (task,
+    condition)'s prefix): each task's entry carries its `stop`."""
     units: dict[str, list[EpisodeUnit]] = defaultdict(list)
     for unit in merged.plan:
         units[unit.condition].append(unit)
@@ -74,6 +81,8 @@ def per_condition(merged: Merged, conditions: Sequence[str], n_per_condition: in
         recs[cid] = mine
         outcomes[cid] = {(r.task_group, r.task_id, r.episode_index % n_per_condition): r.success for r in mine}
     control = outcomes[""]
+    # an adaptive sweep: every counted unit by its key, failed ones (None) included
+    seen = {} if stopping is None else adaptive.outcomes_of(stopping[0], merged.records.values())
     out = []
     for cid in conditions:
         tasks: dict[tuple[str, int], list[EpisodeRecord]] = defaultdict(list)
@@ -82,6 +91,8 @@ def per_condition(merged: Merged, conditions: Sequence[str], n_per_condition: in
         per_task = []
         for (group, task_id), mine in sorted(tasks.items(), key=lambda kv: kv[0]):
             entry: dict[str, Any] = {"task_group": group, "task_id": task_id, "task": mine[0].task, **_rate(mine)}
+            if stopping is not None:
+                entry["stop"] = _stop(*stopping, seen, mine, cid)
             if cid:
                 only = {k: v for k, v in outcomes[cid].items() if k[:2] == (group, task_id)}
                 entry["vs_control"] = _versus(_paired(control, only))
@@ -94,6 +105,21 @@ def per_condition(merged: Merged, conditions: Sequence[str], n_per_condition: in
     tested = [c for c in out if c["condition"] and "p_mcnemar" in c["vs_control"]]
     for c, p in zip(tested, holm([c["vs_control"]["p_mcnemar"] for c in tested]), strict=True):
         c["vs_control"]["p_holm"] = p
+    return out
+
+
+def _stop(rule: adaptive.Rule, applied: adaptive.Applied, outcomes: adaptive.Outcomes, mine: Sequence[EpisodeRecord],
+          cid: str) -> dict[str, Any]:
+    """A (task, condition)'s `stop` entry, as a task's in eval_info's per_task, with its
+    rate and interval under the rule (eval_info.rule_aware_estimate)."""
+    key = rule.key(mine[0].task_group, mine[0].task_id, cid)
+    stop = applied.stops[key]
+    out = adaptive.stop_json(rule, stop, applied.past_stop.get(key, 0))
+    est = rule_aware_estimate(rule, stop, outcomes.get(key, {}), sum(r.success for r in mine), len(mine))
+    if est is not None:
+        if isinstance(rule, adaptive.StopRule):
+            out["pc_success_unbiased"] = 100.0 * est.rate
+        out["pc_success_ci95_rule_aware"] = [100.0 * est.ci[0], 100.0 * est.ci[1]]
     return out
 
 

@@ -14,6 +14,7 @@ finished one (a baseline) stops as soon as the baseline's episodes decide it.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -26,7 +27,7 @@ from typing import Any
 
 from rollbench.errors import ConfigError
 from rollbench.report import sequential
-from rollbench.results.adaptive import TaskKey, TaskStop
+from rollbench.results.adaptive import Outcomes, TaskKey, TaskStop
 from rollbench.results.log import LogTail
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.store import MANIFEST, is_running
@@ -62,6 +63,12 @@ class VersusRule:
 
     def position(self, episode_index: int) -> int:
         return episode_index  # pairs in episode order (with --seeds: seed by seed)
+
+    def key(self, task_group: str, task_id: int, condition: str) -> TaskKey:
+        return (task_group, task_id)  # not with --eval.perturb (config/eval.py)
+
+    def linked(self, key: TaskKey) -> list[TaskKey]:
+        return []
 
     def to_json(self) -> dict[str, Any]:
         out = {"versus": str(self.other_dir), "alpha": self.alpha, "margin": self.margin, "block": self.block,
@@ -115,39 +122,55 @@ class VersusRule:
                          "they start as it goes on, or when it stops)", self.block, self.other_dir)
             return False
 
-    def decide(self, key: TaskKey, outcomes: Mapping[int, bool | None]) -> TaskStop:
+    def decide(self, key: TaskKey, outcomes: Outcomes) -> TaskStop:
         with self._lock:
             a = dict(self.other[key])
-        reach = min(self._max, self.other_max)  # pairs exist only where both runs have episodes
-        n = 0
-        while n < reach and n in a and n in outcomes:
-            n += 1
-        looked = n - n % self.block if n < reach else n
-        xa, xb, index = [], [], []
-        for i in range(looked):
-            if a[i] is not None and outcomes[i] is not None:  # a failed unit pairs with nothing
-                xa.append(bool(a[i]))
-                xb.append(bool(outcomes[i]))
-                index.append(i)
-        level = self.alpha / self.n_tasks
-        if self.design == "fixed":  # the budget: every pair the two runs can have (failed units give none)
-            result = sequential.fixed_budget_test(xa, xb, max(1, reach), level, self.block)
-        else:
-            result = sequential.sequential_test(xa, xb, level, self.margin, self.block)
-        details = {"versus": {
-            "decision": result.decision, "n_pairs": result.n_pairs, "b_wins": result.b_wins,
-            "n_discordant": result.n_discordant,
-            # the fixed design has no e-value or anytime p-value (NaN): null in eval_info.json
-            "e_value": _number(result.e_value), "p_value": _number(result.p_value),
-            "interval": list(result.interval), "alpha": result.alpha,
-        }}
-        if result.stopped_at is not None:
-            k = index[result.stopped_at - 1] + 1  # the prefix of episode indices those pairs came from
-            if k < self._max:
-                return TaskStop(k, result.decision, None, looked, details)  # type: ignore[arg-type]
-        if looked >= reach:
-            return TaskStop(self._max, "max_episodes", None, looked, details)
-        return TaskStop(None, "running", None, looked, details)
+        return paired_decision(a, outcomes.get(key, {}), min(self._max, self.other_max), self._max, self.block,
+                               self.alpha / self.n_tasks, self.margin, self.design)
+
+
+def paired_decision(a: Mapping[int, bool | None], b: Mapping[int, bool | None], reach: int, max_episodes: int,
+                    block: int, level: float, margin: float, design: sequential.Design,
+                    label: str = "versus") -> TaskStop:
+    """B's stop by the sequential test of `b` against `a` (position -> success, None for a
+    failed unit), paired by position on the longest prefix both have finished, looked at
+    every `block` positions and at `reach` (the last position both can have); a decision
+    stops B at the prefix of positions its pairs came from. `label`: the details' key."""
+    n = 0
+    while n < reach and n in a and n in b:
+        n += 1
+    looked = n - n % block if n < reach else n
+    xa, xb, index = [], [], []
+    for i in range(looked):
+        if a[i] is not None and b[i] is not None:  # a failed unit pairs with nothing
+            xa.append(bool(a[i]))
+            xb.append(bool(b[i]))
+            index.append(i)
+    result = _test(tuple(xa), tuple(xb), reach, level, margin, block, design)
+    details = {label: {
+        "decision": result.decision, "n_pairs": result.n_pairs, "b_wins": result.b_wins,
+        "n_discordant": result.n_discordant,
+        # the fixed design has no e-value or anytime p-value (NaN): null in eval_info.json
+        "e_value": _number(result.e_value), "p_value": _number(result.p_value),
+        "interval": list(result.interval), "alpha": result.alpha,
+    }}
+    if result.stopped_at is not None:
+        k = index[result.stopped_at - 1] + 1  # the prefix of positions those pairs came from
+        if k < max_episodes:
+            return TaskStop(k, result.decision, None, looked, details)  # type: ignore[arg-type]
+    if looked >= reach:
+        return TaskStop(max_episodes, "max_episodes", None, looked, details)
+    return TaskStop(None, "running", None, looked, details)
+
+
+@functools.lru_cache(maxsize=4096)
+def _test(xa: tuple[bool, ...], xb: tuple[bool, ...], reach: int, level: float, margin: float, block: int,
+          design: sequential.Design) -> sequential.SequentialResult:
+    """The test of these pairs, once: a rule asks again after every episode of the key or of a
+    linked one (a sweep's control: each of its conditions), and the pairs change once a block."""
+    if design == "fixed":  # the budget: every pair the two can have (failed units give none)
+        return sequential.fixed_budget_test(xa, xb, max(1, reach), level, block)
+    return sequential.sequential_test(xa, xb, level, margin, block)
 
 
 def _number(x: float) -> float | None:

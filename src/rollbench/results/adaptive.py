@@ -41,10 +41,14 @@ from rollbench.results.summary import wilson
 if TYPE_CHECKING:
     from rollbench.config.eval import EvalConfig
 
-TaskKey = tuple[str, int]  # (task_group, task_id)
+#: what one stop decides: (task_group, task_id); in a sweep (--eval.perturb), (task_group, task_id,
+#: condition): every condition of a task, the control ("") included, stops on its own prefix
+TaskKey = tuple[str, int] | tuple[str, int, str]
 # ci_width: the interval is narrow enough; better / worse / equivalent: a sequential comparison
 # against another run decided (report/versus.py); max_episodes: neither, by the maximum
-Reason = Literal["ci_width", "better", "worse", "equivalent", "max_episodes", "running"]
+# conditions_stopped: a sweep's control under --eval.perturb_stop=paired, once every condition of its
+# task has stopped (at the longest of their prefixes)
+Reason = Literal["ci_width", "better", "worse", "equivalent", "conditions_stopped", "max_episodes", "running"]
 
 
 @dataclass(frozen=True)
@@ -58,19 +62,32 @@ class TaskStop:
     details: dict[str, Any] | None = None  # what else the rule says of it (a comparison's e-value, ...)
 
 
+Outcomes = Mapping[TaskKey, Mapping[int, bool | None]]
+
+
 class Rule(Protocol):
     """A stop rule: a pure function of a task's finished episodes (and, for a comparison,
-    of the other run's), looked at on whole prefixes of episode indices."""
+    of the other run's or of the control's), looked at on whole prefixes of episode indices."""
 
     @property
     def max_episodes(self) -> int: ...
 
-    def decide(self, key: TaskKey, outcomes: Mapping[int, bool | None]) -> TaskStop:
-        """`outcomes`: by the rule's position of each episode (`position`)."""
+    def key(self, task_group: str, task_id: int, condition: str) -> TaskKey:
+        """Which stop an episode belongs to (its task's; in a sweep, its task and condition's)."""
+        ...
+
+    def decide(self, key: TaskKey, outcomes: Outcomes) -> TaskStop:
+        """`outcomes`: every key's finished episodes, by the rule's position of each (`position`);
+        a key absent has none."""
+        ...
+
+    def linked(self, key: TaskKey) -> list[TaskKey]:
+        """The keys whose decision may change when `key`'s episodes do (a sweep's paired stop:
+        a task's control and its conditions); [] when each key stands alone."""
         ...
 
     def position(self, episode_index: int) -> int:
-        """Where an episode stands in the order the rule's prefixes follow."""
+        """Where an episode stands in the order its key's prefixes follow."""
         ...
 
     def refresh(self) -> list[TaskKey]:
@@ -99,17 +116,22 @@ class StopRule:
     #: --seeds: the prefixes go round robin over the seeds' blocks (episode 0 of every seed, then
     #: episode 1, ...), so a task stopped early holds every seed's first episodes, not one seed's
     seeds: int = 1
+    #: a sweep (--eval.perturb): each (task, condition) stops on its own prefix
+    by_condition: bool = False
 
     @classmethod
     def from_config(cls, ev: EvalConfig, seeds: int = 1) -> StopRule | None:
-        return None if ev.ci_width is None else cls(ev.ci_width, ev.ci_block, ev.n_episodes * seeds, seeds)
+        if ev.ci_width is None:
+            return None
+        return cls(ev.ci_width, ev.ci_block, ev.n_episodes * seeds, seeds, len(ev.conditions) > 1)
+
+    def key(self, task_group: str, task_id: int, condition: str) -> TaskKey:
+        return (task_group, task_id, condition) if self.by_condition else (task_group, task_id)
 
     def position(self, episode_index: int) -> int:
-        """Episode j * n + i (index i of seed j's block of n) comes at i * seeds + j."""
-        if self.seeds == 1:
-            return episode_index
-        per_seed = self.max_episodes // self.seeds
-        return (episode_index % per_seed) * self.seeds + episode_index // per_seed
+        """Episode j * n + i (index i of seed j's block of n) comes at i * seeds + j; in a sweep,
+        of its index within its condition (plan.make_plan: the control's episode index)."""
+        return seed_major(episode_index % self.max_episodes, self.max_episodes, self.seeds)
 
     def checkpoints(self) -> list[int]:
         """Prefix lengths at which the rule looks: every block, and the maximum."""
@@ -121,8 +143,11 @@ class StopRule:
             out["seeds"] = self.seeds
         return out
 
-    def decide(self, key: TaskKey, outcomes: Mapping[int, bool | None]) -> TaskStop:
-        return decide(self, outcomes)
+    def decide(self, key: TaskKey, outcomes: Outcomes) -> TaskStop:
+        return decide(self, outcomes.get(key, {}))
+
+    def linked(self, key: TaskKey) -> list[TaskKey]:
+        return []
 
     def refresh(self) -> list[TaskKey]:
         return []  # a function of this run's episodes alone
@@ -131,6 +156,14 @@ class StopRule:
 
     def ready(self, key: TaskKey, position: int) -> bool:
         return True
+
+
+def seed_major(index: int, max_episodes: int, seeds: int) -> int:
+    """Index j * n + i of `seeds` blocks of n (`max_episodes` in all) comes at i * seeds + j."""
+    if seeds == 1:
+        return index
+    per_seed = max_episodes // seeds
+    return (index % per_seed) * seeds + index // per_seed
 
 
 def width(k: int, n: int) -> float | None:
@@ -179,8 +212,8 @@ class Stops:
             self.observe(rec)
 
     def observe(self, rec: EpisodeRecord) -> bool:
-        """Take one finished unit; True when it decided its task's stop."""
-        key = (rec.task_group, rec.task_id)
+        """Take one finished unit; True when it decided a stop (its key's, or a linked one's)."""
+        key = self.rule.key(rec.task_group, rec.task_id, rec.condition)
         with self._lock:
             if key in self.cutoffs:
                 return False
@@ -192,16 +225,22 @@ class Stops:
             return self.redecide(key)
 
     def redecide(self, key: TaskKey) -> bool:
-        """Ask the rule again about `key` (its own episodes, or the other run's, changed)."""
+        """Ask the rule again about `key` (its own episodes, or the other run's, changed) and
+        about the keys linked to it, and theirs in turn when one of them is decided."""
         with self._lock:
-            if key in self.cutoffs:
-                return False
-            stop = self.rule.decide(key, self.outcomes[key])
-            if stop.n_episodes is None:
-                return False
-            self.cutoffs[key] = stop.n_episodes
-            self.version += 1
-            return True
+            todo, changed = [key, *self.rule.linked(key)], False
+            while todo:
+                at = todo.pop()
+                if at in self.cutoffs:
+                    continue
+                stop = self.rule.decide(at, self.outcomes)
+                if stop.n_episodes is None:
+                    continue
+                self.cutoffs[at] = stop.n_episodes
+                self.version += 1
+                changed = True
+                todo.extend(self.rule.linked(at))
+            return changed
 
     def refresh(self) -> bool:
         """Read the rule's outside sources and decide again what they changed; True when a
@@ -218,11 +257,12 @@ class Stops:
 
     def ready(self, unit: EpisodeUnit) -> bool:
         """Whether a wanted unit may start now (`Rule.ready`); a unit held back stays wanted."""
-        return self.rule.ready((unit.task_group, unit.task_id), self.rule.position(unit.episode_index))
+        return self.rule.ready(self.rule.key(unit.task_group, unit.task_id, unit.condition),
+                               self.rule.position(unit.episode_index))
 
     def wanted(self, unit: EpisodeUnit | EpisodeRecord) -> bool:
-        """Whether the unit still counts: its task has not stopped before its index."""
-        cut = self.cutoffs.get((unit.task_group, unit.task_id))
+        """Whether the unit still counts: its key has not stopped before its position."""
+        cut = self.cutoffs.get(self.rule.key(unit.task_group, unit.task_id, unit.condition))
         return cut is None or self.rule.position(unit.episode_index) < cut
 
     def decided(self, key: TaskKey) -> bool:
@@ -231,22 +271,29 @@ class Stops:
 
 @dataclass(frozen=True)
 class Applied:
-    merged: Merged  # only each task's counted prefix (plan and records)
-    stops: dict[TaskKey, TaskStop]
+    merged: Merged  # only each key's counted prefix (plan and records)
+    stops: dict[TaskKey, TaskStop]  # by the rule's key (`Rule.key`)
     past_stop: dict[TaskKey, int]  # episodes logged past the stop (finished before it was known): not counted
 
 
+def outcomes_of(rule: Rule, records: Iterable[EpisodeRecord]) -> dict[TaskKey, dict[int, bool | None]]:
+    """Each key's finished episodes by position: success, or None for a failed unit."""
+    out: dict[TaskKey, dict[int, bool | None]] = defaultdict(dict)
+    for rec in records:
+        out[rule.key(rec.task_group, rec.task_id, rec.condition)][rule.position(rec.episode_index)] = (
+            rec.success if rec.ok else None)
+    return out
+
+
 def apply(rule: Rule, merged: Merged) -> Applied:
-    """What counts of a merged run under `rule`: each task's decided prefix (all of it while
-    the task has not stopped: a partial run shows what it has)."""
-    outcomes: dict[TaskKey, dict[int, bool | None]] = defaultdict(dict)
-    for rec in merged.records.values():
-        outcomes[(rec.task_group, rec.task_id)][rule.position(rec.episode_index)] = rec.success if rec.ok else None
-    keys = list(dict.fromkeys((u.task_group, u.task_id) for u in merged.plan))
-    stops = {key: rule.decide(key, outcomes[key]) for key in keys}
+    """What counts of a merged run under `rule`: each key's decided prefix (all of it while
+    the key has not stopped: a partial run shows what it has)."""
+    outcomes = outcomes_of(rule, merged.records.values())
+    keys = list(dict.fromkeys(rule.key(u.task_group, u.task_id, u.condition) for u in merged.plan))
+    stops = {key: rule.decide(key, outcomes) for key in keys}
 
     def counts(u: EpisodeUnit | EpisodeRecord) -> bool:
-        cut = stops[(u.task_group, u.task_id)].n_episodes
+        cut = stops[rule.key(u.task_group, u.task_id, u.condition)].n_episodes
         return cut is None or rule.position(u.episode_index) < cut
 
     kept = Merged(
@@ -259,7 +306,7 @@ def apply(rule: Rule, merged: Merged) -> Applied:
     past: dict[TaskKey, int] = defaultdict(int)
     for rec in merged.records.values():
         if not counts(rec) and rec.ok:
-            past[(rec.task_group, rec.task_id)] += 1
+            past[rule.key(rec.task_group, rec.task_id, rec.condition)] += 1
     return Applied(kept, stops, dict(past))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import platform
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,7 +111,7 @@ def build(
     if stopping is None:
         body = _control_body(merged, descriptions, root) if len(cfg.eval.conditions) > 1 else summarize(merged, descriptions, root)
     else:
-        body = _adaptive_body(*stopping, merged, descriptions, root)
+        body = _adaptive_body(*stopping, merged, descriptions, root, len(cfg.eval.conditions) > 1)
     if len(cfg.seeds) > 1:  # of what counts: an adaptive run's prefixes; a sweep's control
         counted = merged if stopping is None else stopping[1].merged
         seed_results(body, control_only(counted) if len(cfg.eval.conditions) > 1 else counted, cfg.seeds, cfg.eval.n_episodes)
@@ -140,15 +141,19 @@ def _control_body(merged: Merged, descriptions: dict[str, str], root: Path) -> d
 
 def _adaptive_body(
     rule: adaptive.Rule, applied: adaptive.Applied, merged: Merged, descriptions: dict[str, str], root: Path,
+    sweep: bool = False,
 ) -> dict[str, Any]:
-    """Only each task's counted prefix, with why it stopped; the time of every episode run."""
-    body = summarize(applied.merged, descriptions, root)
+    """Only each task's counted prefix, with why it stopped; the time of every episode run.
+    A sweep: the LeRobot keys are the control's (each task's control prefix and its stop);
+    `adaptive` counts every (task, condition)'s stop (report/sweep.py gives each condition's)."""
+    body = (_control_body if sweep else summarize)(applied.merged, descriptions, root)
     for entry in body["per_task"]:
-        key = (entry["task_group"], entry["task_id"])
+        key = rule.key(entry["task_group"], entry["task_id"], "")
         entry["stop"] = adaptive.stop_json(rule, applied.stops[key], applied.past_stop.get(key, 0))
     eval_s = busy_seconds(list(merged.records.values()))  # episodes past a stop took time too
+    counted = sum(r.ok for r in applied.merged.records.values()) if sweep else body["overall"]["n_episodes"]
     body["overall"]["eval_s"] = eval_s
-    body["overall"]["eval_ep_s"] = eval_s / max(1, body["overall"]["n_episodes"])
+    body["overall"]["eval_ep_s"] = eval_s / max(1, counted)
     _rule_aware(rule, applied, body)
     stops = applied.stops.values()
     body["adaptive"] = {
@@ -159,6 +164,8 @@ def _adaptive_body(
         "episodes_saved": sum(rule.max_episodes - s.n_episodes for s in stops if s.n_episodes is not None),
         "episodes_ran_past_stop": sum(applied.past_stop.values()),
     }
+    if sweep:  # the counts above are of (task, condition) stops
+        body["adaptive"]["stops_per_task"] = len({key[2:] for key in applied.stops})
     return body
 
 
@@ -172,22 +179,12 @@ def _rule_aware(rule: adaptive.Rule, applied: adaptive.Applied, body: dict[str, 
     this run's rate alone exists; the anytime-valid betting interval of its episodes, in
     order, covers the rate under any stopping rule (wider); the rate stays the prefix's k/n,
     whose bias under this rule is not corrected."""
-    outcomes: dict[tuple[str, int], dict[int, bool | None]] = {}
-    for rec in applied.merged.records.values():
-        where = rule.position(rec.episode_index)
-        outcomes.setdefault((rec.task_group, rec.task_id), {})[where] = rec.success if rec.ok else None
+    outcomes = adaptive.outcomes_of(rule, applied.merged.records.values())
     width = isinstance(rule, adaptive.StopRule)
     by_group: dict[str, list[stopped.TaskEstimate]] = {}
     for entry in body["per_task"]:
-        key = (entry["task_group"], entry["task_id"])
-        stop, seen = applied.stops[key], outcomes.get(key, {})
-        est = None
-        if stop.n_episodes is not None and isinstance(rule, adaptive.StopRule):
-            est = stopped.task_estimate(rule.ci_width, rule.checkpoints(), seen, stop.n_episodes)
-        elif stop.n_episodes is not None and entry["n_episodes"]:
-            fixed = stopped.fixed_estimate(entry["n_success"], entry["n_episodes"])
-            in_order = [bool(seen[i]) for i in sorted(seen) if i < stop.n_episodes and seen[i] is not None]
-            est = fixed and stopped.TaskEstimate(fixed.rate, stopped.anytime_interval(in_order), fixed.variance)
+        key = rule.key(entry["task_group"], entry["task_id"], "")  # a sweep's: the control's
+        est = rule_aware_estimate(rule, applied.stops[key], outcomes.get(key, {}), entry["n_success"], entry["n_episodes"])
         if est is None:
             est = stopped.fixed_estimate(entry["n_success"], entry["n_episodes"])
         else:
@@ -207,6 +204,19 @@ def _rule_aware(rule: adaptive.Rule, applied: adaptive.Applied, body: dict[str, 
         where["pc_success_se"] = 100.0 * se
         where["pc_success_ci95"] = [100.0 * ci[0], 100.0 * ci[1]]
         where["pc_success_of"] = f"the mean of {len(tasks)} tasks' {'unbiased ' if width else ''}rates"
+
+
+def rule_aware_estimate(
+    rule: adaptive.Rule, stop: adaptive.TaskStop, seen: Mapping[int, bool | None], n_success: int, n_episodes: int,
+) -> stopped.TaskEstimate | None:
+    """A stopped key's rate and interval under its rule (see `_rule_aware`); None while running."""
+    if stop.n_episodes is not None and isinstance(rule, adaptive.StopRule):
+        return stopped.task_estimate(rule.ci_width, rule.checkpoints(), seen, stop.n_episodes)
+    if stop.n_episodes is not None and n_episodes:
+        fixed = stopped.fixed_estimate(n_success, n_episodes)
+        in_order = [bool(seen[i]) for i in sorted(seen) if i < stop.n_episodes and seen[i] is not None]
+        return fixed and stopped.TaskEstimate(fixed.rate, stopped.anytime_interval(in_order), fixed.variance)
+    return None
 
 
 def write(root: Path, info: EvalInfo) -> Path:
