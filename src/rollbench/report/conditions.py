@@ -14,6 +14,7 @@ from typing import Any
 
 from rollbench import perturb
 from rollbench.report.runs import Episode, LoadedRun, TaskKey, TaskResult, video_in_run
+from rollbench.results.adaptive import seed_major
 from rollbench.results.log import read_records
 from rollbench.results.records import EpisodeRecord
 
@@ -69,8 +70,6 @@ def split(run: LoadedRun) -> dict[str, LoadedRun] | None:
     records = _latest(read_records(run.root, recursive=True))  # `rollbench merge`'s shards: a log per directory
     if not any(rec.condition for rec in records.values()):
         return None
-    from rollbench.results.adaptive import seed_major  # lazy, as report.py's: adaptive sweeps only
-
     per_condition = _per_condition(run, len(ids))
     seeds = max(1, len((run.config or {}).get("seeds") or ()))
     out: dict[str, LoadedRun] = {}
