@@ -14,9 +14,10 @@ execute: it only closes. Nothing here prints: the CLI does, from the returned va
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -225,7 +226,7 @@ def _merge_dataset(output_dir: Path, cfg: RunConfig, counted: Merged, finished: 
     root = dataset_root(output_dir, cfg.eval.recording_root)
     repo_id = dataset_repo_id(output_dir, cfg.eval.recording_repo_id)
     t0 = time.monotonic()
-    n = merge_parts(output_dir, kept, root, repo_id)
+    n = merge_parts(output_dir, kept, root, repo_id, _instruction_of(cfg))
     log.info("dataset: %d episodes joined into %s in %.1f s", n, root, time.monotonic() - t0)
     if finished and n:
         freed = remove_joined_parts(output_dir, kept, root)
@@ -390,9 +391,19 @@ def _part_writer(run: Run) -> PartWriter | None:
     cfg = run.cfg
     if cfg.eval.record_mode is None:
         return None
-    tasks = {u.task: cfg.env.task_description(u.task) for u in run.units}
     repo_id = dataset_repo_id(run.output_dir, cfg.eval.recording_repo_id)
-    return PartWriter(run.output_dir, type(cfg.env).fps, repo_id, tasks)
+    return PartWriter(run.output_dir, type(cfg.env).fps, repo_id, _instruction_of(cfg), len(cfg.eval.conditions) > 1)
+
+
+def _instruction_of(cfg: RunConfig) -> Callable[[EpisodeRecord], str]:
+    """A recorded episode's `task`: the instruction its policy was given (under language.drop
+    or language.paraphrase, the condition's)."""
+
+    @functools.cache
+    def given(task: str, cid: str) -> str:
+        return perturb.given_instruction(cid, cfg.eval.paraphrases, task, cfg.env.task_description(task))
+
+    return lambda rec: given(rec.task, rec.condition)
 
 
 def _wanted(run: Run) -> int:

@@ -33,6 +33,7 @@ from rollbench.benchmarks.frames import video_frame
 from rollbench.config.env import BenchmarkConfig, set_condition, set_episode_index
 from rollbench.config.eval import EvalConfig
 from rollbench.config.run import RunConfig
+from rollbench.perturb import Sensor
 from rollbench.plan import EpisodeUnit
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.video import steps_per_frame
@@ -45,15 +46,19 @@ RECORD_MODES = ("all", "failures", "successes")
 
 class Frames:
     """One episode's frames for a LeRobot dataset (--eval.recording), kept only while it runs:
-    frame t holds the observation the policy acted on (LeRobot keys, as the env gave it), the
-    action sent to the env, and what that step gave (next.reward, next.done, next.success)."""
+    frame t holds the observation at step t (LeRobot keys, as the robot's sensors gave it: the
+    env's, through the sensor axes of an --eval.perturb condition, `perturb.Sensor`), the
+    action the env executed (after action.noise), and what that step gave (next.reward,
+    next.done, next.success)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sensor: Sensor | None = None) -> None:
         self.columns: dict[str, list[Any]] = {}
         self._acted: tuple[Mapping[str, Any], Any] | None = None
+        self.sensor = sensor
+        self.n = 0  # frames stepped: the step the sensor's draws are of
 
     def acted(self, features: Mapping[str, Any], action: Any) -> None:
-        self._acted = (features, action)
+        self._acted = (features if self.sensor is None else self.sensor(features, self.n), action)
 
     def stepped(self, reward: float, done: bool, success: bool) -> None:
         assert self._acted is not None, "a step recorded without the action that made it"
@@ -62,6 +67,7 @@ class Frames:
         row = {**features, "action": action, "next.reward": reward, "next.done": done, "next.success": success}
         for key, value in row.items():  # a copy: an env (or a vector env's buffer) may reuse its arrays
             self.columns.setdefault(key, []).append(np.array(value))
+        self.n += 1
 
     def pack(self) -> dict[str, np.ndarray]:
         """Every key's values stacked along time (one array each: cheap to send through a pipe)."""
@@ -83,7 +89,7 @@ class EpisodeTracker:
 
     def __post_init__(self) -> None:
         if self.record_mode is not None and self.frames is None:
-            self.frames = Frames()
+            self.frames = Frames(Sensor.of(self.unit.condition, self.unit.seed))
 
     @classmethod
     def of(cls, bench: BenchmarkConfig, unit: EpisodeUnit, record_mode: str | None = None) -> EpisodeTracker:

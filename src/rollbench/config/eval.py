@@ -134,9 +134,6 @@ class EvalConfig:
             if self.ci_width is not None or self.versus is not None:
                 raise ConfigError(f"--eval.perturb with {'--eval.ci_width' if self.ci_width is not None else '--eval.versus'}: "
                                   f"adaptive stopping per condition is not built yet; run the sweep without it")
-            if self.recording:
-                raise ConfigError("--eval.perturb with --eval.recording: recording a sweep's perturbed episodes is not built "
-                                  "yet; record the control in a run of its own")
         if self.versus is not None and self.ci_width is not None:
             raise ConfigError("--eval.versus and --eval.ci_width are two stop rules; give one of them")
         if self.versus_design not in ("anytime", "fixed"):
