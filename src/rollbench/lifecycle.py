@@ -37,6 +37,7 @@ from rollbench.results import eval_info
 from rollbench.results.adaptive import Rule, StopRule, Stops
 from rollbench.results.adaptive import apply as apply_stops
 from rollbench.results.dataset import (
+    EPISODES,
     PARTS_DIR,
     PartWriter,
     dataset_repo_id,
@@ -146,7 +147,8 @@ def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) 
         return [u for u in todo if stops.wanted(u)]
 
     done = frozenset(finished)
-    if cfg.eval.record_mode is not None:
+    recording = cfg.eval.record_mode
+    if recording is not None:
         sweep_parts(output_dir)  # half-written by a killed run; their episodes were not logged
         # an episode logged without its frames (a run resumed with --eval.recording added) runs
         # again; a finished run's episodes are in its dataset (their parts removed), which is
@@ -156,7 +158,7 @@ def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) 
         def recorded(key: UnitKey, dataset_counts: bool) -> bool:
             rec = merged.records[key]
             part = part_path(output_dir, rec)
-            return (not keeps(cfg.eval.record, rec) or part.is_dir()
+            return (not keeps(recording, rec) or part.is_dir()
                     or (dataset_counts and part.name in in_dataset))
 
         done = frozenset(k for k in finished if recorded(k, True))
@@ -221,8 +223,10 @@ def _push_dataset(cfg: RunConfig, info: EvalInfo) -> list[str]:
 def _merge_dataset(output_dir: Path, cfg: RunConfig, counted: Merged, finished: bool) -> dict[str, Any]:
     """The recorded episodes that count, in plan order, as one LeRobot dataset; a finished
     run's parts are removed once joined (the dataset holds their frames)."""
+    recording = cfg.eval.record_mode
+    assert recording is not None
     kept = [counted.records[u.key] for u in counted.plan
-            if u.key in counted.records and keeps(cfg.eval.record, counted.records[u.key])]
+            if u.key in counted.records and keeps(recording, counted.records[u.key])]
     root = dataset_root(output_dir, cfg.eval.recording_root)
     repo_id = dataset_repo_id(output_dir, cfg.eval.recording_repo_id)
     t0 = time.monotonic()
@@ -231,7 +235,10 @@ def _merge_dataset(output_dir: Path, cfg: RunConfig, counted: Merged, finished: 
     if finished and n:
         freed = remove_joined_parts(output_dir, kept, root)
         log.debug("dataset: removed the %d joined parts (%.1f MB)", n, freed / 1e6)
-    return {"root": str(root), "repo_id": repo_id, "episodes": n, "record": cfg.eval.record}
+    out: dict[str, Any] = {"root": str(root), "repo_id": repo_id, "episodes": n, "record": cfg.eval.record}
+    if len(cfg.eval.conditions) > 1:  # a sweep's: which conditions, and where each episode's is said
+        out.update(record_conditions=cfg.eval.record_conditions, episodes_file=f"meta/{EPISODES}")
+    return out
 
 
 def stop_rule(cfg: RunConfig) -> Rule | None:

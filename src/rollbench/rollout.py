@@ -31,7 +31,7 @@ import numpy as np
 
 from rollbench.benchmarks.frames import video_frame
 from rollbench.config.env import BenchmarkConfig, set_condition, set_episode_index
-from rollbench.config.eval import EvalConfig
+from rollbench.config.eval import EvalConfig, RecordRule
 from rollbench.config.run import RunConfig
 from rollbench.perturb import Sensor
 from rollbench.plan import EpisodeUnit
@@ -39,9 +39,6 @@ from rollbench.results.records import EpisodeRecord
 from rollbench.results.video import steps_per_frame
 
 DEFAULT_VIDEO_SIZE: int = EvalConfig.video_size  # the dataclass default, for callers without a config
-
-
-RECORD_MODES = ("all", "failures", "successes")
 
 
 class Frames:
@@ -84,15 +81,15 @@ class EpisodeTracker:
     max_reward: float = -math.inf
     success: bool = False
     started: float = field(default_factory=time.monotonic)
-    record_mode: str | None = None  # --eval.recording: which episodes' frames to keep (RECORD_MODES)
+    record_mode: RecordRule | None = None  # --eval.recording: which episodes' frames to keep
     frames: Frames | None = None
 
     def __post_init__(self) -> None:
-        if self.record_mode is not None and self.frames is None:
+        if self.record_mode is not None and self.record_mode.wants(self.unit.condition) and self.frames is None:
             self.frames = Frames(Sensor.of(self.unit.condition, self.unit.seed))
 
     @classmethod
-    def of(cls, bench: BenchmarkConfig, unit: EpisodeUnit, record_mode: str | None = None) -> EpisodeTracker:
+    def of(cls, bench: BenchmarkConfig, unit: EpisodeUnit, record_mode: RecordRule | None = None) -> EpisodeTracker:
         """The tracker of `unit`'s episode on `bench`: its step limit and success rule."""
         return cls(unit, bench.effective_max_steps(unit.task), bench.success, record_mode=record_mode)
 
@@ -129,13 +126,11 @@ class EpisodeTracker:
         return ended
 
     def kept_frames(self) -> dict[str, np.ndarray] | None:
-        """The episode's frames, if --eval.record keeps an episode that ended this way."""
-        mode = self.record_mode
-        if self.frames is None or mode is None:
+        """The episode's frames, if --eval.recording keeps an episode that ended this way."""
+        rule = self.record_mode
+        if self.frames is None or rule is None or not rule.keeps(self.success, self.unit.condition):
             return None
-        if mode == "all" or (mode == "failures") != self.success:
-            return self.frames.pack()
-        return None
+        return self.frames.pack()
 
     def record(self, worker: str, attempt: int = 0, video_path: str | None = None) -> EpisodeRecord:
         return EpisodeRecord.from_unit(

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from rollbench.config.eval import RecordRule
 from rollbench.errors import ConfigError, error_line
 from rollbench.results.records import EpisodeRecord
 
@@ -49,9 +50,9 @@ PARTS_DIR = "dataset_parts"
 DATASET_DIR = "dataset"
 
 
-def keeps(mode: str, rec: EpisodeRecord) -> bool:
-    """Whether --eval.record=`mode` keeps this finished episode."""
-    return rec.ok and (mode == "all" or (mode == "failures") != rec.success)
+def keeps(rule: RecordRule, rec: EpisodeRecord) -> bool:
+    """Whether --eval.record and --eval.record_conditions (`rule`) keep this finished episode."""
+    return rec.ok and rule.keeps(rec.success, rec.condition)
 
 
 def part_name(group: str, task_id: int, index: int) -> str:
