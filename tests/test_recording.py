@@ -220,7 +220,8 @@ def test_an_adaptive_recorded_run_keeps_only_the_counted_prefix(tmp_path: Path) 
     check_against_log(tmp_path, columns)
 
 
-@pytest.mark.parametrize("flag", ["--eval.record=failures", "--eval.recording_repo_id=me/x", "--eval.recording_root=/tmp/x"])
+@pytest.mark.parametrize("flag", ["--eval.record=failures", "--eval.recording_repo_id=me/x", "--eval.recording_root=/tmp/x",
+                                  "--eval.record_conditions=control"])
 def test_recording_flags_without_recording_are_refused(tmp_path: Path, flag: str) -> None:
     res = run_subprocess("eval", "--env.type=fake", "--policy.type=random", flag, f"--output_dir={tmp_path}")
     assert res.rc == 2 and "add --eval.recording=true" in res.err and flag.split("=")[0] in res.err

@@ -14,9 +14,10 @@ execute: it only closes. Nothing here prints: the CLI does, from the returned va
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from rollbench.results import eval_info
 from rollbench.results.adaptive import Rule, StopRule, Stops
 from rollbench.results.adaptive import apply as apply_stops
 from rollbench.results.dataset import (
+    EPISODES,
     PARTS_DIR,
     PartWriter,
     dataset_repo_id,
@@ -150,7 +152,8 @@ def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) 
         return [u for u in todo if stops.wanted(u)]
 
     done = frozenset(finished)
-    if cfg.eval.record_mode is not None:
+    recording = cfg.eval.record_mode
+    if recording is not None:
         sweep_parts(output_dir)  # half-written by a killed run; their episodes were not logged
         # an episode logged without its frames (a run resumed with --eval.recording added) runs
         # again; a finished run's episodes are in its dataset (their parts removed), which is
@@ -160,7 +163,7 @@ def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) 
         def recorded(key: UnitKey, dataset_counts: bool) -> bool:
             rec = merged.records[key]
             part = part_path(output_dir, rec)
-            return (not keeps(cfg.eval.record, rec) or part.is_dir()
+            return (not keeps(recording, rec) or part.is_dir()
                     or (dataset_counts and part.name in in_dataset))
 
         done = frozenset(k for k in finished if recorded(k, True))
@@ -226,17 +229,22 @@ def _push_dataset(cfg: RunConfig, info: EvalInfo) -> list[str]:
 def _merge_dataset(output_dir: Path, cfg: RunConfig, counted: Merged, finished: bool) -> dict[str, Any]:
     """The recorded episodes that count, in plan order, as one LeRobot dataset; a finished
     run's parts are removed once joined (the dataset holds their frames)."""
+    recording = cfg.eval.record_mode
+    assert recording is not None
     kept = [counted.records[u.key] for u in counted.plan
-            if u.key in counted.records and keeps(cfg.eval.record, counted.records[u.key])]
+            if u.key in counted.records and keeps(recording, counted.records[u.key])]
     root = dataset_root(output_dir, cfg.eval.recording_root)
     repo_id = dataset_repo_id(output_dir, cfg.eval.recording_repo_id)
     t0 = time.monotonic()
-    n = merge_parts(output_dir, kept, root, repo_id)
+    n = merge_parts(output_dir, kept, root, repo_id, _instruction_of(cfg))
     log.info("dataset: %d episodes joined into %s in %.1f s", n, root, time.monotonic() - t0)
     if finished and n:
         freed = remove_joined_parts(output_dir, kept, root)
         log.debug("dataset: removed the %d joined parts (%.1f MB)", n, freed / 1e6)
-    return {"root": str(root), "repo_id": repo_id, "episodes": n, "record": cfg.eval.record}
+    out: dict[str, Any] = {"root": str(root), "repo_id": repo_id, "episodes": n, "record": cfg.eval.record}
+    if len(cfg.eval.conditions) > 1:  # a sweep's: which conditions, and where each episode's is said
+        out.update(record_conditions=cfg.eval.record_conditions, episodes_file=f"meta/{EPISODES}")
+    return out
 
 
 def stop_rule(cfg: RunConfig) -> Rule | None:
@@ -399,9 +407,19 @@ def _part_writer(run: Run) -> PartWriter | None:
     cfg = run.cfg
     if cfg.eval.record_mode is None:
         return None
-    tasks = {u.task: cfg.env.task_description(u.task) for u in run.units}
     repo_id = dataset_repo_id(run.output_dir, cfg.eval.recording_repo_id)
-    return PartWriter(run.output_dir, type(cfg.env).fps, repo_id, tasks)
+    return PartWriter(run.output_dir, type(cfg.env).fps, repo_id, _instruction_of(cfg), len(cfg.eval.conditions) > 1)
+
+
+def _instruction_of(cfg: RunConfig) -> Callable[[EpisodeRecord], str]:
+    """A recorded episode's `task`: the instruction its policy was given (under language.drop
+    or language.paraphrase, the condition's)."""
+
+    @functools.cache
+    def given(task: str, cid: str) -> str:
+        return perturb.given_instruction(cid, cfg.eval.paraphrases, task, cfg.env.task_description(task))
+
+    return lambda rec: given(rec.task, rec.condition)
 
 
 def _wanted(run: Run) -> int:

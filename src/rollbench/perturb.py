@@ -327,6 +327,16 @@ def instruction(cond: Condition, table_spec: str, task: str, description: str) -
     return found[k - 1]
 
 
+def given_instruction(cid: str, table_spec: str, task: str, description: str) -> str:
+    """The instruction an episode of `task` is given under condition `cid`: "" under
+    language.drop, the paraphrase under language.paraphrase, else the task's `description`."""
+    cond = condition(cid)
+    if cond.get("language.drop"):
+        return ""
+    found = instruction(cond, table_spec, task, description)
+    return description if found is None else found
+
+
 def _stream(seed: int, cid: str, axis: str, step: int) -> np.random.Generator:
     """The draws of `axis` at `step` of the episode with `seed` under condition `cid`."""
     return np.random.default_rng([seed & 0xFFFFFFFF, zlib.crc32(cid.encode()), zlib.crc32(axis.encode()), step])
@@ -335,6 +345,39 @@ def _stream(seed: int, cid: str, axis: str, step: int) -> np.random.Generator:
 def reset_stream(seed: int, cid: str, axis: str) -> np.random.Generator:
     """The draws of native `axis` at the reset of the episode with `seed` under condition `cid`."""
     return _stream(seed, cid, axis, 0)
+
+
+class Sensor:
+    """A condition's sensor axes (state.noise, image.*): what the robot's sensors give at step
+    `step` of the episode with `seed`, from the env's features of one row. A function of
+    (condition, seed, step, row): the policy's view (`Perturber.inputs`) and the recorded
+    frame (`rollout.Frames`) are the same draws."""
+
+    def __init__(self, cond: Condition, seed: int) -> None:
+        self.cid = cond.id
+        self.seed = seed
+        self.state_noise = cond.get("state.noise")
+        self.image = {name: cond.get(name) for name in IMAGE_AXES if cond.get(name) != AXES[name].neutral}
+
+    @classmethod
+    def of(cls, cid: str, seed: int) -> Sensor | None:
+        """The sensor of condition `cid`, None where it degrades nothing (the control's)."""
+        sensor = cls(condition(cid), seed)
+        return sensor if sensor.state_noise or sensor.image else None
+
+    def __call__(self, row: Mapping[str, Any], step: int) -> dict[str, Any]:
+        out = dict(row)
+        if self.state_noise:
+            rng = _stream(self.seed, self.cid, "state.noise", step)
+            for key in STATE_KEYS:  # in this order, so a key's draws never depend on another's presence
+                if key in out:
+                    state = np.asarray(out[key])
+                    noise = rng.normal(0.0, self.state_noise, state.shape)
+                    out[key] = (state + noise).astype(state.dtype, copy=False)
+        if self.image:
+            for key in sorted(k for k in out if is_image_key(k)):  # sorted: a camera's draws never depend on another's
+                out[key] = perturb_image(np.asarray(out[key]), self.image, self.seed, self.cid, key, step)
+        return out
 
 
 class Perturber:
@@ -350,11 +393,10 @@ class Perturber:
         self.seed = seed
         self.bounds = action_bounds
         self.latency = int(cond.get("action.latency"))
-        self.state_noise = cond.get("state.noise")
+        self.sensor = Sensor(cond, seed)
         self.action_noise = cond.get("action.noise")
         self.drop_language = bool(cond.get("language.drop"))
         self.instruction = instruction  # language.paraphrase: the one the policy gets instead
-        self.image = {name: cond.get(name) for name in IMAGE_AXES if cond.get(name) != AXES[name].neutral}
         self.step = 0
         self.history: deque[Mapping[str, Any]] = deque(maxlen=self.latency)
 
@@ -362,18 +404,7 @@ class Perturber:
         """The features the policy sees at this step, `row` being the env's (LeRobot keys, one row)."""
         # the history holds the last k rows: its first is the row of k steps before (or the
         # episode's first, while fewer than k steps have passed)
-        out = dict(self.history[0]) if self.history else dict(row)
-        if self.state_noise:
-            rng = _stream(self.seed, self.cid, "state.noise", self.step)
-            for key in STATE_KEYS:  # in this order, so a key's draws never depend on another's presence
-                if key in out:
-                    state = np.asarray(out[key])
-                    noise = rng.normal(0.0, self.state_noise, state.shape)
-                    out[key] = (state + noise).astype(state.dtype, copy=False)
-        if self.image:
-            for key in sorted(k for k in out if is_image_key(k)):  # sorted: a camera's draws never depend on another's
-                out[key] = perturb_image(np.asarray(out[key]), self.image, self.seed, self.cid, key, self.step)
-        return out
+        return self.sensor(self.history[0] if self.history else row, self.step)
 
     def prompt(self, text: str) -> str:
         if self.drop_language:

@@ -31,8 +31,9 @@ import numpy as np
 
 from rollbench.benchmarks.frames import video_frame
 from rollbench.config.env import BenchmarkConfig, set_condition, set_episode_index
-from rollbench.config.eval import EvalConfig
+from rollbench.config.eval import EvalConfig, RecordRule
 from rollbench.config.run import RunConfig
+from rollbench.perturb import Sensor
 from rollbench.plan import EpisodeUnit
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.video import steps_per_frame
@@ -40,20 +41,21 @@ from rollbench.results.video import steps_per_frame
 DEFAULT_VIDEO_SIZE: int = EvalConfig.video_size  # the dataclass default, for callers without a config
 
 
-RECORD_MODES = ("all", "failures", "successes")
-
-
 class Frames:
     """One episode's frames for a LeRobot dataset (--eval.recording), kept only while it runs:
-    frame t holds the observation the policy acted on (LeRobot keys, as the env gave it), the
-    action sent to the env, and what that step gave (next.reward, next.done, next.success)."""
+    frame t holds the observation at step t (LeRobot keys, as the robot's sensors gave it: the
+    env's, through the sensor axes of an --eval.perturb condition, `perturb.Sensor`), the
+    action the env executed (after action.noise), and what that step gave (next.reward,
+    next.done, next.success)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sensor: Sensor | None = None) -> None:
         self.columns: dict[str, list[Any]] = {}
         self._acted: tuple[Mapping[str, Any], Any] | None = None
+        self.sensor = sensor
+        self.n = 0  # frames stepped: the step the sensor's draws are of
 
     def acted(self, features: Mapping[str, Any], action: Any) -> None:
-        self._acted = (features, action)
+        self._acted = (features if self.sensor is None else self.sensor(features, self.n), action)
 
     def stepped(self, reward: float, done: bool, success: bool) -> None:
         assert self._acted is not None, "a step recorded without the action that made it"
@@ -62,6 +64,7 @@ class Frames:
         row = {**features, "action": action, "next.reward": reward, "next.done": done, "next.success": success}
         for key, value in row.items():  # a copy: an env (or a vector env's buffer) may reuse its arrays
             self.columns.setdefault(key, []).append(np.array(value))
+        self.n += 1
 
     def pack(self) -> dict[str, np.ndarray]:
         """Every key's values stacked along time (one array each: cheap to send through a pipe)."""
@@ -78,15 +81,15 @@ class EpisodeTracker:
     max_reward: float = -math.inf
     success: bool = False
     started: float = field(default_factory=time.monotonic)
-    record_mode: str | None = None  # --eval.recording: which episodes' frames to keep (RECORD_MODES)
+    record_mode: RecordRule | None = None  # --eval.recording: which episodes' frames to keep
     frames: Frames | None = None
 
     def __post_init__(self) -> None:
-        if self.record_mode is not None and self.frames is None:
-            self.frames = Frames()
+        if self.record_mode is not None and self.record_mode.wants(self.unit.condition) and self.frames is None:
+            self.frames = Frames(Sensor.of(self.unit.condition, self.unit.seed))
 
     @classmethod
-    def of(cls, bench: BenchmarkConfig, unit: EpisodeUnit, record_mode: str | None = None) -> EpisodeTracker:
+    def of(cls, bench: BenchmarkConfig, unit: EpisodeUnit, record_mode: RecordRule | None = None) -> EpisodeTracker:
         """The tracker of `unit`'s episode on `bench`: its step limit and success rule."""
         return cls(unit, bench.effective_max_steps(unit.task), bench.success, record_mode=record_mode)
 
@@ -123,13 +126,11 @@ class EpisodeTracker:
         return ended
 
     def kept_frames(self) -> dict[str, np.ndarray] | None:
-        """The episode's frames, if --eval.record keeps an episode that ended this way."""
-        mode = self.record_mode
-        if self.frames is None or mode is None:
+        """The episode's frames, if --eval.recording keeps an episode that ended this way."""
+        rule = self.record_mode
+        if self.frames is None or rule is None or not rule.keeps(self.success, self.unit.condition):
             return None
-        if mode == "all" or (mode == "failures") != self.success:
-            return self.frames.pack()
-        return None
+        return self.frames.pack()
 
     def record(self, worker: str, attempt: int = 0, video_path: str | None = None) -> EpisodeRecord:
         return EpisodeRecord.from_unit(

@@ -11,6 +11,23 @@ from rollbench.errors import ConfigError
 
 
 @dataclass(frozen=True)
+class RecordRule:
+    """--eval.recording's choice of episodes: --eval.record's outcome (all, failures,
+    successes) and --eval.record_conditions (a sweep's every condition, or its control)."""
+
+    mode: str = "all"
+    conditions: str = "all"
+
+    def wants(self, condition: str) -> bool:
+        """Whether an episode under `condition` may be kept (its frames are worth keeping)."""
+        return self.conditions == "all" or not condition
+
+    def keeps(self, success: bool, condition: str) -> bool:
+        """Whether a finished episode with this outcome under `condition` goes into the dataset."""
+        return self.wants(condition) and (self.mode == "all" or (self.mode == "failures") != success)
+
+
+@dataclass(frozen=True)
 class EvalConfig:
     n_episodes: int = opt(50, "episodes per task (with --eval.ci_width: the most a task runs)")
     ci_width: float | None = opt(
@@ -115,6 +132,10 @@ class EvalConfig:
     record: Literal["all", "failures", "successes"] = opt(
         "all", "--eval.recording: which episodes go into the dataset (failures: to study or relabel them)"
     )
+    record_conditions: Literal["all", "control"] = opt(
+        "all", "--eval.recording with --eval.perturb: all: every condition's episodes, each frame naming its "
+        "condition (to train on perturbed data); control: the control's only (clean data; docs/recording.md)",
+    )
     report: bool = opt(True, "write report.html at the end (charts, videos; ~0.5 s, most of it importing matplotlib)")
     shard_id: int = opt(0, "which shard of the plan this process runs (0-based)")
     num_shards: int = opt(1, "how many shards the plan is split into")
@@ -130,10 +151,11 @@ class EvalConfig:
                 f"interval of the success rate, as a fraction: 0.1 = +-5 points)"
             )
         if not self.recording and (self.record != "all" or self.recording_repo_id or self.recording_root
-                                   or self.recording_private):
+                                   or self.recording_private or self.record_conditions != "all"):
             given = next(f for f, v in (("--eval.record", self.record != "all"), ("--eval.recording_repo_id",
                          self.recording_repo_id), ("--eval.recording_root", self.recording_root),
-                         ("--eval.recording_private", self.recording_private)) if v)
+                         ("--eval.recording_private", self.recording_private),
+                         ("--eval.record_conditions", self.record_conditions != "all")) if v)
             raise ConfigError(f"{given} belongs to a recorded run; add --eval.recording=true")
         if self.paraphrases:
             perturb.paraphrase_table(self.paraphrases)
@@ -145,9 +167,6 @@ class EvalConfig:
             if self.versus is not None:
                 raise ConfigError("--eval.perturb with --eval.versus: a sweep is not compared with another run; "
                                   "--eval.perturb_stop=paired compares each condition with the sweep's control")
-            if self.recording:
-                raise ConfigError("--eval.perturb with --eval.recording: recording a sweep's perturbed episodes is not built "
-                                  "yet; record the control in a run of its own")
         if self.perturb_stop not in ("none", "paired"):
             raise ConfigError(f"--eval.perturb_stop={self.perturb_stop!r} is not allowed; use paired or none")
         if self.perturb_stop == "paired" and not self.perturb:
@@ -206,9 +225,9 @@ class EvalConfig:
         return tuple(c.id for c in perturb.parse(self.perturb))
 
     @property
-    def record_mode(self) -> str | None:
+    def record_mode(self) -> RecordRule | None:
         """Which episodes' frames are kept (None: not recording)."""
-        return self.record if self.recording else None
+        return RecordRule(self.record, self.record_conditions) if self.recording else None
 
     @property
     def envs_per_batch(self) -> int:

@@ -33,13 +33,14 @@ import re
 import shutil
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rollbench.config.eval import RecordRule
 from rollbench.errors import ConfigError, error_line
 from rollbench.results.records import EpisodeRecord
 
@@ -49,9 +50,9 @@ PARTS_DIR = "dataset_parts"
 DATASET_DIR = "dataset"
 
 
-def keeps(mode: str, rec: EpisodeRecord) -> bool:
-    """Whether --eval.record=`mode` keeps this finished episode."""
-    return rec.ok and (mode == "all" or (mode == "failures") != rec.success)
+def keeps(rule: RecordRule, rec: EpisodeRecord) -> bool:
+    """Whether --eval.record and --eval.record_conditions (`rule`) keep this finished episode."""
+    return rec.ok and rule.keeps(rec.success, rec.condition)
 
 
 def part_name(group: str, task_id: int, index: int) -> str:
@@ -116,9 +117,10 @@ class _Discard(io.TextIOBase):
         return len(text)
 
 
-def _features(frames: Mapping[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+def _features(frames: Mapping[str, np.ndarray], sweep: bool) -> dict[str, dict[str, Any]]:
     """LeRobot dataset features of one episode's frames: images (uint8 H x W x 3) as video,
-    the rest float32 (booleans bool), scalars as shape (1,)."""
+    the rest float32 (booleans bool), scalars as shape (1,); a sweep's frames also name their
+    condition (a string, as LeRobot's `task` is one; "" the control)."""
     out: dict[str, dict[str, Any]] = {}
     for key, values in frames.items():
         shape = tuple(values.shape[1:]) or (1,)
@@ -132,20 +134,23 @@ def _features(frames: Mapping[str, np.ndarray]) -> dict[str, dict[str, Any]]:
             out[key] = {"dtype": "float32", "shape": shape, "names": None}
     out["episode_seed"] = {"dtype": "int64", "shape": (1,), "names": None}
     out["episode_index_in_run"] = {"dtype": "int64", "shape": (1,), "names": None}
+    if sweep:
+        out["condition"] = {"dtype": "string", "shape": (1,), "names": None}
     return out
 
 
 _NUMPY = {"float32": np.float32, "int64": np.int64, "bool": np.bool_}
 
 
-def write_part(output_dir: Path, rec: EpisodeRecord, fps: int, task: str, repo_id: str) -> Path:
-    """Write one finished episode as a finalized LeRobot dataset of its own; its path."""
+def write_part(output_dir: Path, rec: EpisodeRecord, fps: int, task: str, repo_id: str, sweep: bool = False) -> Path:
+    """Write one finished episode as a finalized LeRobot dataset of its own; its path. `task`:
+    the instruction the episode was given; `sweep`: its frames name its condition."""
     frames: Mapping[str, np.ndarray] = rec.frames
     final = part_path(output_dir, rec)
     tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}-{threading.get_ident()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    features = _features(frames)
+    features = _features(frames, sweep)
     dataset = _lerobot_dataset(output_dir).create(
         repo_id=repo_id, fps=fps, features=features, root=tmp, use_videos=True, image_writer_threads=0,
         encoder_threads=1,
@@ -158,6 +163,8 @@ def write_part(output_dir: Path, rec: EpisodeRecord, fps: int, task: str, repo_i
                 value: Any = np.array([rec.seed])
             elif key == "episode_index_in_run":
                 value = np.array([rec.episode_index])
+            elif key == "condition":
+                value = rec.condition
             else:
                 value = frames[key][t]
                 if spec["dtype"] != "video":
@@ -217,8 +224,9 @@ class PartWriter:
     """Writes parts on a thread of its own, so the scheduler's loop never waits for an encoder;
     hands each record back once its part is on disk (then, and only then, it may be logged)."""
 
-    def __init__(self, output_dir: Path, fps: int, repo_id: str, task_of: Mapping[str, str]) -> None:
-        self.output_dir, self.fps, self.repo_id, self.task_of = output_dir, fps, repo_id, task_of
+    def __init__(self, output_dir: Path, fps: int, repo_id: str, task_of: Callable[[EpisodeRecord], str],
+                 sweep: bool = False) -> None:
+        self.output_dir, self.fps, self.repo_id, self.task_of, self.sweep = output_dir, fps, repo_id, task_of, sweep
         # bounded: episodes that end faster than their parts are written hold the loop back
         # instead of piling their frames up in memory
         self.todo: queue.Queue[EpisodeRecord | None] = queue.Queue(maxsize=MAX_QUEUED)
@@ -236,7 +244,7 @@ class PartWriter:
             if failed:
                 continue  # drained, so that a full queue never blocks the lifecycle, which will raise
             try:
-                write_part(self.output_dir, rec, self.fps, self.task_of.get(rec.task, rec.task), self.repo_id)
+                write_part(self.output_dir, rec, self.fps, self.task_of(rec), self.repo_id, self.sweep)
             except BaseException as err:  # handed to the lifecycle, which stops the run with it
                 self.done.put(err)
                 failed = True
@@ -318,11 +326,13 @@ def remove_joined_parts(output_dir: Path, records: Iterable[EpisodeRecord], root
     return freed
 
 
-def merge_parts(output_dir: Path, records: Iterable[EpisodeRecord], root: Path, repo_id: str) -> int:
+def merge_parts(output_dir: Path, records: Iterable[EpisodeRecord], root: Path, repo_id: str,
+                task_of: Callable[[EpisodeRecord], str]) -> int:
     """Join the parts of `records` (in that order) into one dataset at `root` with LeRobot's
-    `aggregate_datasets`; the number of episodes. The old dataset is replaced only once the
-    new one is complete. A finished run's dataset whose parts were removed is kept as it is
-    when it holds exactly these episodes (the same command run again)."""
+    `aggregate_datasets`, and write its EPISODES sidecar; the number of episodes. The old
+    dataset is replaced only once the new one is complete. A finished run's dataset whose
+    parts were removed is kept as it is when it holds exactly these episodes (the same
+    command run again)."""
     records = list(records)
     parts = [part_path(output_dir, r) for r in records]
     missing = [p.name for p in parts if not p.is_dir()]
@@ -347,6 +357,7 @@ def merge_parts(output_dir: Path, records: Iterable[EpisodeRecord], root: Path, 
     with contextlib.redirect_stderr(_Discard()):
         aggregate_datasets(repo_ids=[f"{repo_id}_part{i}" for i in range(len(parts))], aggr_repo_id=repo_id,
                            roots=parts, aggr_root=tmp)
+    _write_episodes(tmp, records, task_of)
     old = root.with_name(f".{root.name}.old-{os.getpid()}")
     if root.exists():
         os.replace(root, old)
@@ -354,6 +365,20 @@ def merge_parts(output_dir: Path, records: Iterable[EpisodeRecord], root: Path, 
     shutil.rmtree(old, ignore_errors=True)
     shutil.rmtree(output_dir / ".cache" / "hf-datasets", ignore_errors=True)
     return len(parts)
+
+
+#: in the dataset's meta/: each dataset episode's run episode (LeRobot's loader ignores the file)
+EPISODES = "rollbench_episodes.json"
+
+
+def _write_episodes(root: Path, records: list[EpisodeRecord], task_of: Callable[[EpisodeRecord], str]) -> None:
+    """meta/EPISODES: dataset episode j -> the run's episode it is (task, condition, index, seed)
+    and the instruction it was given; under language.drop the frames' `task` is "", so only
+    this says which task an episode was."""
+    episodes = [{"episode_index": j, "task_group": r.task_group, "task_id": r.task_id, "task": r.task,
+                 "condition": r.condition, "episode_index_in_run": r.episode_index, "seed": r.seed,
+                 "instruction": task_of(r), "success": r.success} for j, r in enumerate(records)]
+    (root / "meta" / EPISODES).write_text(json.dumps({"episodes": episodes}, indent=1))
 
 
 def push(output_dir: Path, root: Path, repo_id: str, private: bool) -> str | None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from rollbench import perturb, timeline
 from rollbench.config.env import BenchmarkConfig
+from rollbench.config.eval import RecordRule
 from rollbench.config.policy import PolicyConfig
 from rollbench.errors import ConfigError, EpisodesLost, PolicyError
 from rollbench.perturb import Perturber
@@ -258,7 +259,7 @@ class StepContext:
 
 def play_episode(
     ctx: StepContext, policy: Policy, env: Any, unit: EpisodeUnit, slot: int = 0, worker: str = "main",
-    record_mode: str | None = None,
+    record_mode: RecordRule | None = None,
 ) -> EpisodeRecord:
     """One whole episode of `unit` in one env, the policy acting on one row: reset into the
     unit, then act, step and track until it ends. The env's and policy's errors propagate

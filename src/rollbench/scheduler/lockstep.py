@@ -33,6 +33,7 @@ import numpy as np
 
 from rollbench.benchmarks.frames import RENDER_VIDEO
 from rollbench.config.env import set_condition, set_episode_index
+from rollbench.config.eval import RecordRule
 from rollbench.errors import EpisodesLost, WorkerError, error_line
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
@@ -56,7 +57,7 @@ class LockstepOptions:
     max_parallel_tasks: int = 1  # tasks run at once, in threads
     video: VideoPlan | None = None
     pool: PoolOptions | None = None  # set: the envs step in env workers (per task runner); None: here
-    record_mode: str | None = None  # --eval.recording (same-process batches; env workers keep their own)
+    record_mode: RecordRule | None = None  # --eval.recording (same-process batches; env workers keep their own)
 
 
 def _by_task(units: Sequence[EpisodeUnit]) -> Iterator[list[EpisodeUnit]]:
@@ -257,8 +258,8 @@ class _Lockstep:
                 features = ctx.benchmark.to_features(obs)
                 for i in np.flatnonzero(active):
                     frames = trackers[i].frames
-                    assert frames is not None
-                    frames.acted(take_row(features, int(i)), actions[i])
+                    if frames is not None:  # None: --eval.record_conditions=control keeps no perturbed frames
+                        frames.acted(take_row(features, int(i)), actions[i])
             obs, rewards, terminated, truncated, info = vec.step(actions)
             infos = split_vector_info(info, n_envs)
             ended = [

@@ -22,6 +22,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
+from rollbench.config.eval import RecordRule
 from rollbench.errors import ConfigError, PolicyError, WorkerError
 from rollbench.plan import EpisodeUnit
 from rollbench.results.records import EpisodeRecord
@@ -50,7 +51,7 @@ class PoolOptions:
     gl_backend: str  # MUJOCO_GL of every worker
     video: VideoPlan | None = None
     max_rows_per_call: int | None = None  # driver placement: --policy.max_batch_size
-    record_mode: str | None = None  # --eval.recording: whose frames the workers keep (rollout.RECORD_MODES)
+    record_mode: RecordRule | None = None  # --eval.recording: whose frames the workers keep
     driver_threads: int | None = None  # torch threads of this process while it drives (None: as they are)
     worker_threads: int = 1  # OpenMP and torch threads of each worker
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollbench.config.env import BenchmarkConfig
+from rollbench.config.eval import RecordRule
 from rollbench.config.policy import PolicyConfig
 from rollbench.errors import EpisodesLost, PolicyError, RollbenchError
 from rollbench.plan import EpisodeUnit
@@ -56,7 +57,7 @@ class WorkerSpec:
     gl_backend: str = "egl"  # MUJOCO_GL, set before anything in the worker imports MuJoCo
     video: VideoPlan | None = None
     env_cache: int = 4  # idle envs kept per worker, across tasks
-    record_mode: str | None = None  # --eval.recording: keep the frames of these episodes (rollout.RECORD_MODES)
+    record_mode: RecordRule | None = None  # --eval.recording: keep the frames of these episodes
     threads: int = 1  # OpenMP and torch intra-op threads of this worker (`Schedule.worker_threads`)
     paraphrases: str = ""  # --eval.paraphrases, for language.paraphrase's episodes a policy here acts in
 
