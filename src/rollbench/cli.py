@@ -162,7 +162,7 @@ def _rows(rows: list[tuple[str, str, str]]) -> str:
     out = []
     for flag, kind, text in rows:
         out.append(f"  {flag}  ({kind})")
-        out.extend(textwrap.wrap(text, width=88, initial_indent="      ", subsequent_indent="      "))
+        out.extend(textwrap.wrap(text, width=88, initial_indent="      ", subsequent_indent="      ", break_on_hyphens=False))
     return "\n".join(out)
 
 
