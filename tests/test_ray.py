@@ -323,3 +323,22 @@ def _fixed60(root: Path) -> tuple[Path, Path, dict[int, int]]:
         res = run_subprocess(*VERSUS, f"--policy.action_noise={noise}", f"--output_dir={root / name}")
         assert res.rc == 0, res.err
     return root / "a", root / "b", _decided_stops(root / "a", root / "b")
+
+
+def test_a_sweep_on_ray_is_the_local_sweep(cli, cluster, tmp_path: Path) -> None:
+    """--eval.perturb through Ray actors: every condition's episodes (a paraphrase included: the
+    actors get the run's table) equal one local process's, and so does per_condition."""
+    paraphrases = '{"near": ["go near"], "mid": ["go to the middle"], "far": ["go far"]}'
+    sweep = (*FAKE, "--eval.perturb=action.noise=0.3;action.latency=2;state.noise=0.4;language.paraphrase=1",
+             f"--eval.paraphrases={paraphrases}", "--policy.placement=worker")
+    local = run_subprocess(*sweep, f"--output_dir={tmp_path / 'local'}")
+    assert local.rc == 0, local.err
+    res = cli(*sweep, "--executor=ray", f"--output_dir={tmp_path / 'ray'}")
+    assert res.rc == 0, res.err
+
+    def episodes(out: Path) -> dict:
+        return {(r.condition, r.task, r.seed): r.outcome() for r in read_records(out)}
+
+    assert len(episodes(tmp_path / "ray")) == 75 and episodes(tmp_path / "ray") == episodes(tmp_path / "local")
+    strip = lambda info: [{k: v for k, v in c.items() if k != "per_task"} for c in info["per_condition"]]  # noqa: E731
+    assert strip(load_info(tmp_path / "ray")) == strip(load_info(tmp_path / "local"))
