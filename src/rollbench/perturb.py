@@ -165,6 +165,11 @@ class Condition:
         return any(not AXES[name].native for name, _ in self.levels)
 
     @property
+    def image_levels(self) -> dict[str, float]:
+        """The levels of its image axes (what perturb_image applies to every camera frame)."""
+        return {name: value for name, value in self.levels if name in IMAGE_AXES}
+
+    @property
     def native_levels(self) -> dict[str, float]:
         """The levels of its native axes (what the env applies at reset)."""
         return {name: value for name, value in self.levels if AXES[name].native}
@@ -357,7 +362,7 @@ class Sensor:
         self.cid = cond.id
         self.seed = seed
         self.state_noise = cond.get("state.noise")
-        self.image = {name: cond.get(name) for name in IMAGE_AXES if cond.get(name) != AXES[name].neutral}
+        self.image = cond.image_levels
 
     @classmethod
     def of(cls, cid: str, seed: int) -> Sensor | None:
@@ -481,8 +486,7 @@ def perturb_image(img: np.ndarray, levels: Mapping[str, float], seed: int, cid: 
 def preview(cid: str, frame: np.ndarray, seed: int, camera: str = "observation.image") -> np.ndarray:
     """`frame` (uint8 HWC) as condition `cid`'s image axes make the first frame of the episode
     with `seed` look to the policy (unchanged when the condition has none): the report's still."""
-    cond = condition(cid)
-    levels = {name: cond.get(name) for name in IMAGE_AXES if cond.get(name) != AXES[name].neutral}
+    levels = condition(cid).image_levels
     return perturb_image(frame, levels, seed, cid, camera, 0) if levels else frame
 
 

@@ -101,7 +101,7 @@ def _stills(run: LoadedRun) -> Iterator[str]:
         if e is None or e.video is None:
             figures.append(f'<figure><figcaption><b>{esc(cid or "control")}</b><br>not filmed</figcaption></figure>')
             continue
-        image_axes = [name for name, _ in perturb.condition(cid).levels if name in perturb.IMAGE_AXES] if cid else []
+        image_axes = list(perturb.condition(cid).image_levels)
         try:
             uri, t, n = _still(av, run.root / e.video, middle, cid if image_axes else None, e.seed)
         except (av.FFmpegError, OSError, IndexError) as err:  # a torn or empty video: say so, draw the rest
