@@ -91,9 +91,11 @@ def test_a_killed_sweep_resumes_to_the_unkilled_results(tmp_path: Path) -> None:
     assert a["per_condition"] == b["per_condition"]
 
 
-def test_a_delay_of_k_steps_feeds_the_policy_the_observation_of_k_steps_before() -> None:
+def states_seen(spec: str, xs: list[float]) -> list[float]:
+    """What a policy sees of the fake benchmark's state (its first coordinate) in the episode of
+    the sweep `spec`'s one condition, the env's state at step t being (xs[t], 0)."""
     cfg = config_from_flags({"env.type": "fake", "policy.type": "expert", "eval.n_episodes": "1",
-                             "eval.perturb": "action.latency=3", "output_dir": "/nonexistent"})
+                             "eval.perturb": spec, "output_dir": "/nonexistent"})
     ctx = StepContext(cfg.env, cfg.policy, cfg.seed)
     seen: list[float] = []
 
@@ -102,11 +104,15 @@ def test_a_delay_of_k_steps_feeds_the_policy_the_observation_of_k_steps_before()
             seen.append(float(batch["observation.state"][0][0]))
             return np.zeros((len(slots), 2))
 
-    unit = next(u for u in plan_for(cfg) if u.condition == "action.latency=3")
+    unit = next(u for u in plan_for(cfg) if u.condition)
     ctx.reset(Echo(), [0], [ctx.episode_start(unit)])
-    for t in range(8):
-        ctx.act(Echo(), {"agent_pos": np.array([[float(t), 0.0]]), "environment_state": np.zeros((1, 4))}, [0], ["x"])
-    assert seen == [0, 0, 0, 0, 1, 2, 3, 4]
+    for x in xs:
+        ctx.act(Echo(), {"agent_pos": np.array([[x, 0.0]]), "environment_state": np.zeros((1, 4))}, [0], ["x"])
+    return seen
+
+
+def test_a_delay_of_k_steps_feeds_the_policy_the_observation_of_k_steps_before() -> None:
+    assert states_seen("action.latency=3", [float(t) for t in range(8)]) == [0, 0, 0, 0, 1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("flag,words", [
@@ -225,21 +231,8 @@ def test_a_sweep_file_crosses_axes_and_its_run_is_the_flag_s(tmp_path: Path) -> 
 
 
 def test_crossed_axes_apply_together() -> None:
-    cfg = config_from_flags({"env.type": "fake", "policy.type": "expert", "eval.n_episodes": "1",
-                             "eval.perturb": "action.latency=2&state.noise=0.5", "output_dir": "/nonexistent"})
-    ctx = StepContext(cfg.env, cfg.policy, cfg.seed)
-    seen: list[float] = []
-
-    class Echo(Policy):
-        def act(self, batch, slots):
-            seen.append(float(batch["observation.state"][0][0]))
-            return np.zeros((len(slots), 2))
-
-    unit = next(u for u in plan_for(cfg) if u.condition)
-    assert unit.condition == "action.latency=2&state.noise=0.5"
-    ctx.reset(Echo(), [0], [ctx.episode_start(unit)])
-    for t in range(6):
-        ctx.act(Echo(), {"agent_pos": np.array([[10.0 * t, 0.0]]), "environment_state": np.zeros((1, 4))}, [0], ["x"])
+    assert perturb.parse("action.latency=2&state.noise=0.5")[1].id == "action.latency=2&state.noise=0.5"
+    seen = states_seen("action.latency=2&state.noise=0.5", [10.0 * t for t in range(6)])
     delayed = [0, 0, 0, 10, 20, 30]
     assert all(abs(s - d) < 3 for s, d in zip(seen, delayed, strict=True)) and seen != delayed
 

@@ -15,9 +15,8 @@ from conftest import run_subprocess
 from rollbench import perturb
 from rollbench.cli import config_from_flags
 from rollbench.plan import plan_for
-from rollbench.policies.base import Policy
 from rollbench.scheduler.common import StepContext
-from test_sweep import every_episode
+from test_sweep import every_episode, states_seen
 
 LEVELS = {"image.noise": 0.1, "image.blur": 1.5, "image.brightness": 0.5, "image.contrast": 0.3,
           "image.occlusion": 0.25, "image.jpeg": 10, "image.shift": 0.2}
@@ -73,22 +72,8 @@ def test_a_level_at_rest_is_the_control_and_shapes_without_channels_pass() -> No
 
 
 def test_the_policy_sees_the_perturbed_frame_late_under_latency() -> None:
-    """Axes compose: under latency the policy sees the frame of k steps before, perturbed."""
-    cfg = config_from_flags({"env.type": "fake", "policy.type": "expert", "eval.n_episodes": "1",
-                             "eval.perturb": "action.latency=2", "output_dir": "/nonexistent"})
-    ctx = StepContext(cfg.env, cfg.policy, cfg.seed)
-    unit = next(u for u in plan_for(cfg) if u.condition == "action.latency=2")
-    seen: list[np.ndarray] = []
-
-    class Echo(Policy):
-        def act(self, batch, slots):
-            seen.append(np.array(batch["observation.state"][0]))
-            return np.zeros((len(slots), 2))
-
-    ctx.reset(Echo(), [0], [ctx.episode_start(unit)])
-    for t in range(4):
-        ctx.act(Echo(), {"agent_pos": np.array([[float(t), 0.0]]), "environment_state": np.zeros((1, 4))}, [0], ["x"])
-    assert [s[0] for s in seen] == [0, 0, 0, 1]
+    """Under latency the policy sees the state of k steps before."""
+    assert states_seen("action.latency=2", [0.0, 1.0, 2.0, 3.0]) == [0, 0, 0, 1]
 
 
 @pytest.fixture(scope="module")
