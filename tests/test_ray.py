@@ -62,7 +62,8 @@ def test_ray_equals_local_on_the_fake_benchmark(cli, cluster, tmp_path: Path, lo
     assert len(recs) == 15 and len({r.writer for r in recs}) == 1
 
 
-@pytest.mark.parametrize("extra", [("--ray.actors=1", "--ray.slots_per_actor=3"), ("--ray.units_per_call=1",)])
+@pytest.mark.parametrize("extra", [("--ray.actors=1", "--ray.slots_per_actor=3"), ("--ray.queue_per_slot=0",),
+                                   ("--ray.slots_per_actor=2", "--ray.queue_per_slot=3")])
 def test_ray_results_do_not_depend_on_actors_slots_or_batches(cli, cluster, tmp_path: Path, local_fake: dict,
                                                              extra: tuple[str, ...]) -> None:
     res = cli(*FAKE, "--executor=ray", *extra, f"--output_dir={tmp_path}")
@@ -81,11 +82,12 @@ def test_ray_equals_local_on_metaworld(cli, cluster, tmp_path: Path) -> None:
     assert len({v[1] for v in a.values()}) == 6  # seeded goals: every episode its own
 
 
-def _episode_2_goes_wrong(cli, tmp_path: Path, fault: str, *extra: str) -> tuple[dict, str]:
-    """Episode 2 of 6 (seed 1002) has `fault`: run locally and on Ray (1 retry); on Ray it
-    alone fails, and every other episode equals the local run's. (eval_info, its cause)"""
+def _episode_2_goes_wrong(cli, tmp_path: Path, fault: str, deaths: int, *extra: str) -> tuple[dict, str]:
+    """Episode 2 of 6 (seed 1002) has `fault`: run locally and on Ray (1 retry), 3 slots per
+    actor; on Ray it alone fails, after `deaths` actor deaths, and every other episode equals
+    the local run's. (eval_info, its cause)"""
     base = ("eval", "--env.type=faulty", "--env.task=near", f"--env.{fault}_seed=1002", "--policy.type=expert",
-            "--eval.n_episodes=6", "--ray.units_per_call=3", *extra)
+            "--eval.n_episodes=6", "--ray.slots_per_actor=3", *extra)
     os.environ["ROLLBENCH_PLUGINS"] = "faulty_bench"
     try:
         cli(*base, "--eval.max_retries=0", f"--output_dir={tmp_path / 'local'}")  # the local results of the others
@@ -99,22 +101,25 @@ def _episode_2_goes_wrong(cli, tmp_path: Path, fault: str, *extra: str) -> tuple
     assert task["metrics"]["episode_ix"] == [0, 1, 3, 4, 5]
     local = per_episode(tmp_path / "local")
     assert {k: v for k, v in local.items() if k[2] != 2} == per_episode(tmp_path / "ray")
-    assert info["scheduling"]["counts"]["actor_deaths"] == 3  # its first batch, then alone twice (1 retry)
+    assert info["scheduling"]["counts"]["actor_deaths"] == deaths
     return info, task["failed"][0]["error"]
 
 
 def test_an_actor_killed_by_an_episode_costs_only_that_episode(cli, cluster, tmp_path: Path) -> None:
-    """Seed 1002 SIGKILLs the process that steps it (the actor): its batch-mates run again
-    alone and finish; it kills every actor it runs in and ends failed after its retries."""
-    info, cause = _episode_2_goes_wrong(cli, tmp_path, "crash")
+    """Seed 1002 SIGKILLs the process that steps it (the actor), whose mark of the slot it
+    was in dies with it: the episodes at the head of its 3 slots run again, each alone, and
+    the two innocent ones finish; seed 1002 kills every actor it runs in and ends failed
+    after its retry (3 deaths: the shared one, then alone twice)."""
+    info, cause = _episode_2_goes_wrong(cli, tmp_path, "crash", 3)
     assert "ray actor" in cause and "died" in cause
-    assert info["scheduling"]["counts"]["requeued_units"] >= 1  # batch-mates of the first death ran again, alone
+    assert info["scheduling"]["counts"]["requeued_units"] >= 2  # its slot-mates of the first death ran again, alone
 
 
 def test_an_actor_whose_env_hangs_is_killed_and_costs_only_that_episode(cli, cluster, tmp_path: Path) -> None:
-    """Seed 1002 hangs in its first step: the driver sees the actor's heartbeat go stale and
-    kills it after --eval.step_timeout_s; the batch-mates finish, the hung one fails."""
-    _, cause = _episode_2_goes_wrong(cli, tmp_path, "hang", "--eval.step_timeout_s=2")
+    """Seed 1002 hangs in its first step: the actor's pulls keep answering with a stale
+    heartbeat and the slot it is stuck in, so the driver kills it after --eval.step_timeout_s
+    and charges that episode alone (2 deaths: it and its retry); the others finish."""
+    _, cause = _episode_2_goes_wrong(cli, tmp_path, "hang", 2, "--eval.step_timeout_s=2")
     assert "step_timeout_s" in cause and "hang" in cause
 
 
@@ -170,7 +175,8 @@ def test_an_actor_that_cannot_start_is_reported_once(cli, cluster, tmp_path: Pat
     "flags, needle",
     [(("--ray.actors=0",), "--ray.actors=0"), (("--ray.cpus_per_actor=0",), "--ray.cpus_per_actor=0"),
      (("--eval.num_shards=2", "--launch=local"), "--executor=ray with --launch=local"),
-     (("--workers=auto",), "--workers=auto is for the local executor")],
+     (("--workers=auto",), "--workers=auto is for the local executor"),
+     (("--ray.units_per_call=2",), "use --ray.queue_per_slot")],
 )
 def test_bad_ray_flags_are_one_line_errors(cli, tmp_path: Path, flags: tuple[str, ...], needle: str) -> None:
     res = cli(*FAKE, "--executor=ray", *flags, f"--output_dir={tmp_path}")
@@ -181,7 +187,7 @@ def test_bad_ray_flags_are_one_line_errors(cli, tmp_path: Path, flags: tuple[str
 def test_a_killed_driver_resumes_on_rerun(tmp_path: Path, local_fake: dict) -> None:
     """SIGKILL of the whole process group (driver, its local Ray, the actors) mid-run, then
     the same command again: every episode once, equal to the local run."""
-    args = [*FAKE, "--env.step_sleep_s=0.03", "--executor=ray", "--ray.units_per_call=1", f"--output_dir={tmp_path}",
+    args = [*FAKE, "--env.step_sleep_s=0.03", "--executor=ray", f"--output_dir={tmp_path}",
             "--eval.max_episodes_rendered=0"]
     proc = subprocess.Popen([sys.executable, "-m", "rollbench", *args], cwd=REPO, env=subprocess_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -232,7 +238,7 @@ def test_an_actor_killed_mid_run_is_replaced_and_the_results_do_not_change(cli, 
 
     t = threading.Thread(target=kill_one)
     t.start()
-    res = cli(*FAKE, "--env.step_sleep_s=0.02", "--executor=ray", "--ray.units_per_call=2", f"--output_dir={tmp_path}")
+    res = cli(*FAKE, "--env.step_sleep_s=0.02", "--executor=ray", "--ray.slots_per_actor=2", f"--output_dir={tmp_path}")
     t.join()
     assert killed, "no actor was found to kill"
     assert res.rc == 0, res.err
@@ -312,8 +318,8 @@ def test_a_ray_run_against_a_slower_run_waits_for_the_decision(cli, cluster, tmp
     from test_compare_sequential import check_paced, race
 
     fixed60 = _fixed60(tmp_path / "fixed")
-    a, b = race(tmp_path, cli, "--executor=ray", "--ray.actors=2", "--ray.units_per_call=2", sleep="0.005")
-    check_paced(tmp_path, a, b, fixed60, in_flight=2 * 2 * 2)  # 2 actors, 2 calls each in flight, 2 units a call
+    a, b = race(tmp_path, cli, "--executor=ray", "--ray.actors=2", sleep="0.005")
+    check_paced(tmp_path, a, b, fixed60, in_flight=2 * 2)  # 2 actors x 1 slot, one episode queued behind each
 
 
 def _fixed60(root: Path) -> tuple[Path, Path, dict[int, int]]:

@@ -25,9 +25,11 @@ class RayConfig:
     slots_per_actor: int | None = opt(
         None, "env slots per actor (default: 1 for cheap CPU policies, else enough rows per policy call to batch)"
     )
-    units_per_call: int | None = opt(
-        None, "episodes handed to an actor per call (default: 4 per slot, fewer at the end of the run)"
+    queue_per_slot: int = opt(
+        1, "episodes queued on each actor slot behind its running one while many are left (a slot never waits a "
+        "round trip for its next episode)"
     )
+    units_per_call: int | None = opt(None, "removed: actors take episodes slot by slot; use --ray.queue_per_slot")
     upload_videos: Literal["auto", "true", "false"] = opt(
         "auto", "send each video back to the driver, which writes it under --output_dir (auto: from actors on "
         "another host than the driver's; false: videos stay where the actor wrote them, e.g. a shared filesystem)"
@@ -44,5 +46,10 @@ class RayConfig:
             raise ConfigError(f"--ray.gpus_per_actor={self.gpus_per_actor} is not allowed; it must be >= 0")
         if self.slots_per_actor is not None and self.slots_per_actor < 1:
             raise ConfigError(f"--ray.slots_per_actor={self.slots_per_actor} is not allowed; it must be >= 1")
-        if self.units_per_call is not None and self.units_per_call < 1:
-            raise ConfigError(f"--ray.units_per_call={self.units_per_call} is not allowed; it must be >= 1")
+        if self.queue_per_slot < 0:
+            raise ConfigError(f"--ray.queue_per_slot={self.queue_per_slot} is not allowed; it must be >= 0")
+        if self.units_per_call is not None:
+            raise ConfigError(
+                f"--ray.units_per_call={self.units_per_call}: the flag is gone; Ray actors now take episodes slot by "
+                f"slot, as local workers do: use --ray.queue_per_slot (episodes queued behind each slot's running one)"
+            )

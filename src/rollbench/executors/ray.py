@@ -1,29 +1,31 @@
 """`--executor=ray`: the run's units spread over rollout actors on a Ray cluster.
 
-    driver (this process)                              actor i (a Ray worker process)
-    UnitQueue (task affinity) ──run(batch)──▶          rollbench's env worker, in process:
-      at most 2 calls in flight per actor                K slots, the policy, envs kept warm
-    ◀── (records, slot errors) ──                        across calls (per-slot env, idle cache)
-    lifecycle appends each record to the durable log (only the driver writes it)
+    driver (this process)                                   actor i (a Ray worker process)
+    the continuous scheduler, as for the local executor  ─push(seq, msg)─▶  inbox ─▶ rollbench's env
+      (UnitQueue, slots, retries, stops, pacing)                           Worker, in a thread of its
+    WorkerPool over `RayTransport`                       ◀─pull()─────────  own: K slots, its policy,
+      one pull in flight per actor (ray.wait)              (messages,       envs kept warm
+    lifecycle appends each record to the durable log        heartbeat)
 
-An actor that dies (SIGKILL, segfault, a lost node) fails all its calls with
-`RayActorError`: it is replaced, and the episodes it held are run again, each alone in a
-call of its own ("suspects"), so the one that kills its actor is found without charging
-the others: a suspect whose actor dies uses up one of its `--eval.max_retries` and is then
-logged as failed with the cause. An env that raises costs only its episode (retried, then
-failed), as in the local scheduler. An actor that fails in `__init__` (a package missing on
-a node) stops the run with the node's error, once. Ray's own `ActorPool` does not requeue,
-hence this loop.
+Ray is a transport under the continuous driver (`scheduler/pool.py: Transport`): an actor
+is the same `Worker` a local worker process runs, fed the same messages, so an episode is
+the same function of (task, episode index, seed, policy) and the deaths, hangs, retries,
+requeues, adaptive stops and pacing are the local executor's code. What differs:
 
-A hung env never returns from its call, so the driver asks every busy actor, about once a
-second and in a concurrency group of its own (`watch`, a second thread of the actor), how
-long ago its worker last showed a sign of life (the same heartbeat the local workers
-write). An actor silent for longer than `--eval.step_timeout_s` is killed; its units then
-go the way of any dead actor's (the hung one, alone again, is charged and ends failed with
-"hang" in its cause).
-
-The episode of a unit is the same function of (task, episode index, seed, policy) as in
-the local executor: the actor runs the same worker code, so per-episode results are equal.
+- Messages go by `push` (numbered: Ray does not keep the order of a threaded actor's calls)
+  and come back by `pull`, which waits up to a second for the worker's messages and says
+  how long the worker has been silent and which slot it is inside of. A hung env thus shows
+  as a silence past `--eval.step_timeout_s` while the pulls keep answering, and the hung
+  slot is known: the actor is killed and that unit charged.
+- An actor that dies (SIGKILL, segfault, a lost node) takes its mark with it, so the pool
+  cannot tell which of its episodes killed it: the unit at the head of each slot becomes a
+  suspect and runs again alone on an actor (a suspect whose actor dies uses up a retry),
+  the others run again without penalty. One slot per actor (cheap policies) charges the
+  one unit at once.
+- An actor that fails in `__init__` (a package missing on a node) stops the run once, with
+  the node's innermost error line.
+- Videos of an actor on another host (`--ray.upload_videos`) come back in its report, and
+  the driver writes them before their records reach the log.
 """
 
 from __future__ import annotations
@@ -32,36 +34,36 @@ import dataclasses
 import logging
 import math
 import os
+import queue
 import re
 import socket
 import sys
 import tempfile
+import threading
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rollbench.config.run import RunConfig
-from rollbench.errors import ConfigError, PolicyError, WorkerError, message_line
+from rollbench.errors import ConfigError, PolicyError, RollbenchError, WorkerError, message_line
 from rollbench.executors.base import Executor, Run
-from rollbench.plan import EpisodeUnit
 from rollbench.rendering import apply_backend, choose_backend
 from rollbench.results.eval_info import ExecutionFacts
 from rollbench.results.records import EpisodeRecord
-from rollbench.scheduler.common import HELD_POLL_S, PolicyCalls, StepContext
-from rollbench.scheduler.continuous import UnitQueue
+from rollbench.scheduler.common import StepContext
+from rollbench.scheduler.continuous import ContinuousScheduler
 from rollbench.scheduler.decide import decide_mode, decide_placement, default_slots, video_plan
-from rollbench.scheduler.pool import retry_or_fail
+from rollbench.scheduler.pool import Link, PoolOptions, WorkerPool
 from rollbench.scheduler.shm import SlotBuffer, shm_dir
-from rollbench.scheduler.worker import Worker, WorkerSpec
+from rollbench.scheduler.worker import Report, Worker, WorkerSpec
 
 log = logging.getLogger(__name__)
 
-#: calls queued on one actor: the next batch waits there while the current one runs
-IN_FLIGHT = 2
-#: fresh actors that die before answering anything, in a row, before the run stops
-MAX_FRUITLESS = 3
+#: how long an actor's `pull` waits for its worker's messages before it answers with none
+PULL_S = 1.0
 
 
 def _import_ray() -> Any:
@@ -72,101 +74,116 @@ def _import_ray() -> Any:
     return ray
 
 
-class _Inbox:
-    """The pipe of an env worker, inside the actor: the actor queues messages, the worker's
-    loop reads them, and an empty inbox ends the loop (the batch is done)."""
+class _Channel:
+    """The pipe of an env worker inside its actor: the worker's end (recv, poll, send)."""
 
-    def __init__(self) -> None:
-        self.messages: list[tuple[Any, ...]] = []
-        self.sent: list[tuple[Any, ...]] = []
+    def __init__(self, actor: RolloutActor) -> None:
+        self.actor = actor
+        self.inbox: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self.outbox: queue.Queue[tuple[Any, ...]] = queue.Queue()
 
     def poll(self) -> bool:
-        return bool(self.messages)
+        return not self.inbox.empty()
 
     def recv(self) -> tuple[Any, ...]:
-        return self.messages.pop(0) if self.messages else ("stop",)
+        return self.inbox.get()
 
     def send(self, msg: tuple[Any, ...]) -> None:
-        self.sent.append(msg)
+        if msg[0] == "report" and self.actor.upload:
+            msg = (*msg, self.actor.videos(msg[1]))
+        self.outbox.put(msg)
 
 
 class RolloutActor:
-    """One env worker with its slots and its own policy, in a Ray actor process."""
+    """One env worker with its slots and its own policy, in a Ray actor process: the
+    worker's loop runs in a thread of its own, fed by `push` and read by `pull`."""
 
-    def __init__(self, cfg: RunConfig, n_slots: int, gl_backend: str, threads: int, driver_host: str = "") -> None:
-        apply_backend(gl_backend)  # before anything here imports MuJoCo
-        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    def __init__(self, spec: WorkerSpec, upload: str, driver_host: str, output_dir: str) -> None:
+        apply_backend(spec.gl_backend)  # before anything here imports MuJoCo
+        os.environ.setdefault("OMP_NUM_THREADS", str(spec.threads))
         fd, path = tempfile.mkstemp(prefix="rollbench-ray-", suffix=".buf", dir=shm_dir())
         os.close(fd)
-        SlotBuffer(None, n_slots, path, create=True)
+        SlotBuffer(None, spec.n_slots, path, create=True)
         self.buffer_path = path
-        self.watch = SlotBuffer(None, n_slots, path)  # the worker's heartbeat, read by `silent_s`
-        spec = WorkerSpec(
-            index=0, n_slots=n_slots, benchmark=cfg.env, policy=cfg.policy, layout=None, buffer_path=path,
-            log_path=os.devnull, gl_backend=gl_backend, video=video_plan(cfg), record_mode=cfg.eval.record_mode,
-            paraphrases=cfg.eval.paraphrases,
-        )
-        self.inbox = _Inbox()
-        self.worker = Worker(spec, self.inbox)
+        self.watch = SlotBuffer(None, spec.n_slots, path)  # the worker's heartbeat and the slot it is inside of
+        self.upload = upload == "true" or (upload == "auto" and socket.gethostname() != driver_host)
+        self.output_dir = output_dir
+        self.channel = _Channel(self)
+        self.lock = threading.Lock()
+        self.next_seq = 0
+        self.early: dict[int, tuple[Any, ...]] = {}
+        # the policy is built here: one that cannot be (a package missing on this node) fails the actor's start
+        self.worker = Worker(dataclasses.replace(spec, buffer_path=path, log_path=os.devnull), self.channel)
         self.worker.name = f"ray-{os.getpid()}"
         torch = sys.modules.get("torch")
         if torch is not None:
-            torch.set_num_threads(threads)
-        self.worker.buffer.touch()  # alive: `silent_s` counts from here until the first call starts
-        mode = cfg.ray.upload_videos
-        self.upload = mode == "true" or (mode == "auto" and socket.gethostname() != driver_host)
-        self.output_dir = cfg.output_dir
+            torch.set_num_threads(spec.threads)
+        self.worker.buffer.touch()
+        self.thread = threading.Thread(target=self._loop, name="rollbench-worker", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        try:
+            try:
+                if self.worker.spec.policy is not None:
+                    self.worker.run_worker_placement()
+                else:
+                    self.worker.run_driver_placement()
+            finally:
+                self.worker.close()
+                if self.worker.policy is not None:
+                    self.worker.policy.close()
+        except RollbenchError as err:
+            self.channel.outbox.put(("fatal", str(err), type(err).__name__))
+        except Exception as err:
+            text = f"ray actor {self.where()} failed: {type(err).__name__}: {err}\n{traceback.format_exc()}"
+            self.channel.outbox.put(("fatal", text, "WorkerError"))
 
     def where(self) -> str:
         return f"{socket.gethostname()} pid {os.getpid()}"
 
-    def silent_s(self) -> float:
-        """Seconds since the worker's last sign of life (called in the `watch` group, while
-        `run` may be stuck in an env)."""
-        return time.monotonic() - float(self.watch.beat[0])
+    def push(self, seq: int, msg: tuple[Any, ...]) -> None:
+        """The driver's message number `seq`, handed to the worker in the driver's order."""
+        with self.lock:
+            self.early[seq] = msg
+            while self.next_seq in self.early:
+                self.channel.inbox.put(self.early.pop(self.next_seq))
+                self.next_seq += 1
 
-    def run(self, batch: list[tuple[EpisodeUnit, int]]) -> tuple[
-        list[EpisodeRecord], list[tuple[EpisodeUnit, int, str]], list[tuple[str, bytes]], tuple[int, int],
-    ]:
-        """Run `batch` [(unit, attempt)] on the slots; (records, [(unit, attempt, error)],
-        [(video path relative to the output dir, its bytes)] when videos go back to the driver,
-        the (calls, rows) its policy has made so far)."""
-        self.worker.buffer.touch()  # a call starts: the clock of `silent_s` starts again
-        n = len(self.worker.slots)
-        self.inbox.messages.append(("assign", [(i % n, unit, attempt) for i, (unit, attempt) in enumerate(batch)]))
-        self.worker.run_worker_placement()
-        records, errors = [], []
-        for _, report in self.inbox.sent:
-            for event in report.events:
-                if event[0] == "record":
-                    records.append(event[2])
-                elif event[0] == "error":
-                    err = event[1]
-                    errors.append((err.unit, err.attempt, err.error))
-        self.inbox.sent.clear()
-        counts = self.worker.ctx.counts if self.worker.ctx is not None else None
-        return records, errors, self._videos(records), (counts.calls, counts.rows) if counts else (0, 0)
-
-    def _videos(self, records: list[EpisodeRecord]) -> list[tuple[str, bytes]]:
-        """The finished videos of `records`, read and removed here (the driver writes them)."""
-        if not self.upload or self.worker.videos is None or not any(r.video_path for r in records):
-            return []
-        self.worker.videos.close()  # wait until this call's videos are encoded (restarts on the next frame)
+    def pull(self, wait_s: float) -> tuple[list[tuple[Any, ...]], float, int, str]:
+        """The worker's messages (waiting up to `wait_s` for the first), the seconds since
+        its last sign of life, the slot it is inside a reset or step of (-1: none), and
+        where it runs."""
         out = []
-        for r in records:
-            if r.video_path:
-                path = Path(self.output_dir) / r.video_path
-                try:
-                    out.append((r.video_path, path.read_bytes()))
-                    path.unlink()
-                except OSError:  # the recorder failed on it: the report lists only videos that exist
-                    pass
+        try:
+            out.append(self.channel.outbox.get(timeout=wait_s))
+            while True:
+                out.append(self.channel.outbox.get_nowait())
+        except queue.Empty:
+            pass
+        return out, time.monotonic() - float(self.watch.beat[0]), int(self.watch.current[0]), self.where()
+
+    def videos(self, report: Report) -> list[tuple[str, bytes]]:
+        """The finished videos of the report's records, read and removed here (the driver
+        writes them); called in the worker's thread, which owns the recorder."""
+        paths = [e[2].video_path for e in report.events if e[0] == "record" and e[2].video_path]
+        if not paths or self.worker.videos is None:
+            return []
+        self.worker.videos.close()  # wait until they are encoded (the recorder restarts on the next frame)
+        out = []
+        for rel in paths:
+            path = Path(self.output_dir) / rel
+            try:
+                out.append((rel, path.read_bytes()))
+                path.unlink()
+            except OSError:  # the recorder failed on it: the report lists only videos that exist
+                pass
         return out
 
     def close(self) -> None:
-        self.worker.close()
-        if self.worker.policy is not None:
-            self.worker.policy.close()
+        """Stop the worker's loop (it finishes its videos and closes its envs) and clean up."""
+        self.push(self.next_seq + len(self.early), ("stop",))
+        self.thread.join(timeout=120)
         try:
             os.unlink(self.buffer_path)
         except OSError:
@@ -174,17 +191,126 @@ class RolloutActor:
 
 
 @dataclass
-class _Actor:
+class RayLink:
+    """One rollout actor as the pool sees it."""
+
+    transport: RayTransport
     index: int
     handle: Any
-    generation: int
-    calls: int = 0
-    holds_suspect: bool = False  # its one call in flight is a suspect, alone: nothing queues behind it
-    answered: bool = False
-    last_task: str | None = None
-    probe: Any = None  # a `silent_s` call in flight
-    hung: str | None = None  # why the driver killed it
-    policy_calls: tuple[int, int] = (0, 0)  # its policy's (calls, rows), counted so far
+    pulling: Any = None  # the `pull` call in flight
+    pushes: list[Any] = field(default_factory=list)  # `push` calls not yet seen done
+    seq: int = 0
+    sign: float = math.inf  # this process's clock; not judged before its first answer
+    slot_inside: int = -1
+    death: str = ""
+    at: str = "not started"  # its host and pid, from its first answer
+    buffer: SlotBuffer | None = None
+
+    @property
+    def name(self) -> str:
+        return f"ray actor {self.index}"
+
+    @property
+    def tag(self) -> str:
+        return f"ray{self.index}"
+
+    @property
+    def logged_to(self) -> str:
+        return "the Ray logs of its node"
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        self.pushes.append(self.handle.push.options(concurrency_group="push").remote(self.seq, msg))
+        self.seq += 1
+        if len(self.pushes) >= 64:  # forget those done
+            done, self.pushes = self.transport.ray.wait(self.pushes, num_returns=len(self.pushes), timeout=0)
+            _fetch(self.transport.ray, done, 0)
+
+    def pull(self) -> None:
+        self.pulling = self.handle.pull.options(concurrency_group="pull").remote(PULL_S)
+
+    def last_sign(self) -> float:
+        return self.sign
+
+    def inside(self, hung: bool) -> int | None:
+        # a hung worker is still inside the slot its last pull named; a dead one's mark died with it
+        return self.slot_inside if hung else None
+
+    def stop(self, kill: bool = False) -> None:
+        ray = self.transport.ray
+        if not kill:
+            try:
+                ray.get(self.handle.close.remote(), timeout=120)  # its videos finished, GL contexts freed
+            except Exception:  # a dead actor has nothing to close
+                pass
+        ray.kill(self.handle, no_restart=True)
+        _fetch(ray, [*self.pushes, self.pulling], 5)
+        self.pushes = []
+
+    def ended(self) -> tuple[str, str]:
+        return (f"died ({self.death})" if self.death else "stopped answering"), ""
+
+
+class RayTransport:
+    """The pool's workers as Ray actors (`RolloutActor`)."""
+
+    shared_memory = False  # observations come pickled (a driver-placed policy is not built on Ray yet)
+
+    def __init__(self, ray: Any, cpus: float, gpus: float, upload: str, output_dir: str) -> None:
+        self.ray = ray
+        self.cpus, self.gpus = cpus, gpus
+        self.upload = upload
+        self.output_dir = output_dir
+        self.counts = {"actors_started": 0, "videos_uploaded": 0}
+
+    def open(self, pool: WorkerPool) -> None:
+        pass
+
+    def spawn(self, pool: WorkerPool, spec: WorkerSpec, old: Link | None) -> RayLink:
+        remote = self.ray.remote(num_cpus=self.cpus, num_gpus=self.gpus, max_restarts=0,
+                                 concurrency_groups={"push": 1, "pull": 1})(RolloutActor)
+        handle = remote.remote(spec, self.upload, socket.gethostname(), self.output_dir)
+        self.counts["actors_started"] += 1
+        link = RayLink(self, spec.index, handle)
+        link.pull()
+        return link
+
+    def wait(self, links: list[Link], timeout: float) -> Iterator[tuple[Link, tuple[Any, ...]]]:
+        ray = self.ray
+        by_ref = {}
+        for link in links:
+            assert isinstance(link, RayLink)
+            by_ref[link.pulling] = link
+        done, rest = ray.wait(list(by_ref), num_returns=1, timeout=timeout)
+        if done and rest:
+            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+            done += more
+        for ref in done:
+            link = by_ref[ref]
+            try:
+                msgs, silent, inside, link.at = ray.get(ref)
+            except ray.exceptions.RayActorError as err:
+                if getattr(err, "actor_init_failed", False):
+                    yield link, ("fatal", f"ray actor {link.index} failed to start: {_cause(err)}", "WorkerError")
+                    continue
+                link.death = _cause(err)
+                yield link, ("lost", "")
+                continue
+            except ray.exceptions.RayTaskError as err:
+                raise _fatal(err) from None
+            link.sign = time.monotonic() - float(silent)
+            link.slot_inside = int(inside)
+            link.pull()
+            for msg in msgs:
+                if msg[0] == "report" and len(msg) == 3:
+                    for relpath, data in msg[2]:  # from an actor on another host: written here, then logged
+                        _write_video(self.output_dir, relpath, data)
+                        self.counts["videos_uploaded"] += 1
+                    msg = msg[:2]
+                yield link, msg
+
+    def close(self, links: list[Link]) -> None:
+        for link in links:
+            link.stop()
 
 
 @dataclass
@@ -197,11 +323,10 @@ class _Plan:
     cpus_per_actor: float
     gpus_per_actor: float
     slots_per_actor: int
-    units_per_call: int
+    queue_per_slot: int
     gl_backend: str
     cluster_cpus: float
     cluster_gpus: float
-    counts: dict[str, int] = field(default_factory=lambda: {"actors_started": 0, "actor_deaths": 0, "requeued_units": 0, "videos_uploaded": 0})
 
 
 class RayExecutor(Executor):
@@ -209,9 +334,10 @@ class RayExecutor(Executor):
         self.cfg: RunConfig | None = None
         self.ray: Any = None
         self.plan: _Plan | None = None
-        self.actors: list[_Actor] = []
         self.cheap = False
-        self.counts = PolicyCalls()  # every actor's policy calls
+        self.ctx: StepContext | None = None
+        self.transport: RayTransport | None = None
+        self.scheduler: ContinuousScheduler | None = None
 
     def setup(self, cfg: RunConfig) -> None:
         if cfg.workers == "auto":
@@ -220,7 +346,8 @@ class RayExecutor(Executor):
         self.ray = _import_ray()
         if cfg.ray.address and not self.ray.is_initialized():
             check_reachable(cfg.ray.address, cfg.ray.connect_timeout_s)
-        policy = StepContext(cfg.env, cfg.policy, cfg.seed).make_policy()  # a bad policy fails here, before any output
+        self.ctx = StepContext.of_run(cfg)
+        policy = self.ctx.make_policy()  # a bad policy fails here, before any output
         try:
             if decide_mode(cfg, policy) != "continuous":
                 raise ConfigError(
@@ -252,147 +379,34 @@ class RayExecutor(Executor):
         todo = max(1, len(run.todo))
         actors = rc.actors or max(1, fitting_actors(_node_resources(ray), rc.cpus_per_actor, rc.gpus_per_actor))
         actors = max(1, min(actors, math.ceil(todo / slots)))
-        per_call = rc.units_per_call or max(1, min(4 * slots, math.ceil(todo / actors)))
         self.plan = _Plan(cfg.ray.address or "local", started, actors, rc.cpus_per_actor, rc.gpus_per_actor, slots,
-                          per_call, choose_backend(cfg.render_device), cpus, gpus)
+                          rc.queue_per_slot, choose_backend(cfg.render_device), cpus, gpus)
         log.info("ray: %d actors x %d slots (%.3g CPUs, %.3g GPUs each) on a cluster of %.3g CPUs, %.3g GPUs",
                  actors, slots, rc.cpus_per_actor, rc.gpus_per_actor, cpus, gpus)
 
-    # -- actors ----------------------------------------------------------------------
-    def _spawn(self, index: int, generation: int) -> _Actor:
-        assert self.plan is not None and self.cfg is not None
-        p = self.plan
-        remote = self.ray.remote(num_cpus=p.cpus_per_actor, num_gpus=p.gpus_per_actor, max_restarts=0,
-                                 concurrency_groups={"watch": 1})(RolloutActor)
-        handle = remote.remote(self.cfg, p.slots_per_actor, p.gl_backend, max(1, int(p.cpus_per_actor)),
-                               socket.gethostname())
-        p.counts["actors_started"] += 1
-        return _Actor(index, handle, generation)
-
     def execute(self, run: Run) -> Iterator[EpisodeRecord]:
-        assert self.plan is not None and self.cfg is not None
-        ray, p, max_retries = self.ray, self.plan, self.cfg.eval.max_retries
-        queue = UnitQueue(run.todo)
-        suspects: list[tuple[EpisodeUnit, int]] = []  # held by an actor that died: each runs alone
-        self.actors = [self._spawn(i, 0) for i in range(p.actors)]
-        inflight: dict[Any, tuple[_Actor, list[tuple[EpisodeUnit, int]], bool]] = {}
-        fruitless = 0
-
-        def give_up_or_retry(unit: EpisodeUnit, attempt: int, error: str, worker: str) -> Iterator[EpisodeRecord]:
-            return retry_or_fail(unit, attempt, max_retries, error, worker, queue.retry)
-
-        stops = run.stops
-        ready = stops.ready if stops is not None and stops.paces else None  # held back: not yet
-        while len(queue) or suspects or inflight:
-            if stops is not None:  # an adaptive run's task stopped: its calls in flight finish, unlogged
-                if ready is not None and not inflight and len(queue) and not suspects:
-                    time.sleep(HELD_POLL_S)  # every unit left is held back (pacing): look again
-                    stops.refresh()
-                queue.keep(stops.wanted)
-                suspects = [s for s in suspects if stops.wanted(s[0])]
-            # round-robin, one call per actor per pass, so the first calls spread over all actors
-            for level in range(1, IN_FLIGHT + 1):
-                for a in self.actors:
-                    if a.calls >= level or a.holds_suspect or not (suspects or len(queue)):
-                        continue
-                    if suspects:
-                        if a.calls:
-                            continue  # a suspect runs alone on its actor: a death then has one cause
-                        batch, alone = [suspects.pop(0)], True
-                    else:
-                        batch, alone = [], False
-                        while len(batch) < p.units_per_call and len(queue):
-                            item = queue.take(a.last_task, ready=ready)
-                            if item is None:
-                                break  # the rest is held back
-                            batch.append(item)
-                            a.last_task = item[0].task
-                        if not batch:
-                            continue
-                    inflight[a.handle.run.remote(batch)] = (a, batch, alone)
-                    a.calls += 1
-                    a.holds_suspect = alone
-            if not inflight:
-                continue  # all that is left is held back
-            done, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
-            self._watch()
-            for ref in done:
-                a, batch, alone = inflight.pop(ref)
-                a.calls -= 1
-                a.holds_suspect = False
-                try:
-                    records, errors, videos, (calls, rows) = ray.get(ref)
-                except ray.exceptions.RayActorError as err:
-                    # a unit that ran alone explains its actor's death; otherwise nobody is to blame yet
-                    fruitless = self._died(a, err, 0 if alone or a.answered else fruitless + 1)
-                    for unit, attempt in batch:
-                        if not alone:
-                            suspects.append((unit, attempt))
-                            p.counts["requeued_units"] += 1
-                        elif attempt < max_retries:  # it took its actor down alone: that costs it a retry
-                            suspects.append((unit, attempt + 1))
-                        else:
-                            how = a.hung or f"died while running {unit.label()}: {message_line(err)}"
-                            cause = f"ray actor {a.index} {how}"
-                            yield EpisodeRecord.failed(unit, cause, f"ray{a.index}", attempt)
-                    continue
-                except ray.exceptions.RayTaskError as err:
-                    raise _fatal(err) from None
-                a.answered, fruitless = True, 0
-                a.policy_calls = self.counts.add_since(a.policy_calls, (calls, rows))  # calls answer out of order
-                for relpath, data in videos:  # from an actor on another host: written here, then counted
-                    _write_video(self.cfg.output_dir, relpath, data)
-                    p.counts["videos_uploaded"] += 1
-                yield from records
-                for unit, attempt, error in errors:
-                    yield from give_up_or_retry(unit, attempt, f"error in ray actor {a.index} on {unit.label()}: {error}",
-                                                f"ray{a.index}")
-
-    def _watch(self) -> None:
-        """Kill the busy actors whose worker has been silent for longer than
-        --eval.step_timeout_s (a hung env); their calls then fail as a death does."""
-        assert self.cfg is not None
-        limit = self.cfg.eval.step_timeout_s
-        for a in self.actors:
-            if a.probe is None:
-                if a.calls and a.hung is None:
-                    a.probe = a.handle.silent_s.options(concurrency_group="watch").remote()
-                continue
-            done, _ = self.ray.wait([a.probe], timeout=0)
-            if not done:
-                continue
-            probe, a.probe = a.probe, None
-            try:
-                silent = float(self.ray.get(probe))
-            except Exception:  # dead already: its calls say so
-                continue
-            if a.calls and silent > limit:
-                a.hung = f"made no progress for {limit:g}s (--eval.step_timeout_s; hang)"
-                log.warning("ray actor %d %s; killing it", a.index, a.hung)
-                self.ray.kill(a.handle, no_restart=True)
-
-    def _died(self, a: _Actor, err: Exception, fruitless: int) -> int:
-        """Replace a dead actor (once per death); the run stops when an actor cannot start, or
-        when fresh actors keep dying with no episode to blame (`fruitless` in a row)."""
-        assert self.plan is not None
-        current = self.actors[a.index]
-        if current.generation != a.generation:
-            return fruitless  # an earlier call of the same dead actor already replaced it
-        self.plan.counts["actor_deaths"] += 1
-        init_failed = bool(getattr(err, "actor_init_failed", False))
-        if init_failed or fruitless > MAX_FRUITLESS:
-            raise WorkerError(
-                f"ray actor {a.index} {'failed to start' if init_failed else 'keeps dying before it answers'}: "
-                f"{_cause(err)}"
-            )
-        log.warning("ray actor %d died (%s); starting a replacement", a.index, message_line(err))
-        self.actors[a.index] = self._spawn(a.index, a.generation + 1)
-        return fruitless
+        assert self.plan is not None and self.cfg is not None and self.ctx is not None
+        cfg, p = self.cfg, self.plan
+        self.ctx.counts.calls = self.ctx.counts.rows = 0
+        # every actor runs its own policy beside its envs (worker placement), one thread per reserved CPU
+        opts = PoolOptions(
+            workers=p.actors, slots_per_worker=p.slots_per_actor, placement="worker", max_retries=cfg.eval.max_retries,
+            step_timeout_s=cfg.eval.step_timeout_s, log_dir=Path(cfg.output_dir) / "logs", gl_backend=p.gl_backend,
+            video=video_plan(cfg), record_mode=cfg.eval.record_mode, worker_threads=max(1, int(p.cpus_per_actor)),
+            queue_per_slot=p.queue_per_slot,
+        )
+        self.transport = RayTransport(self.ray, p.cpus_per_actor, p.gpus_per_actor, cfg.ray.upload_videos, cfg.output_dir)
+        self.scheduler = ContinuousScheduler(self.ctx, run.todo, opts, None, run.stops, transport=self.transport)
+        return self.scheduler.run()
 
     def facts(self) -> ExecutionFacts:
-        assert self.plan is not None
-        return ExecutionFacts("ray", scheduling={"executor": "ray", "placement": "actor",
-                                                 **dataclasses.asdict(self.plan)}, policy_calls=self.counts.to_json())
+        assert self.plan is not None and self.ctx is not None
+        counts = {"actors_started": 0, "actor_deaths": 0, "requeued_units": 0, "videos_uploaded": 0}
+        if self.transport is not None and self.scheduler is not None:
+            counts.update(self.transport.counts, actor_deaths=self.scheduler.counts["worker_deaths"],
+                          requeued_units=self.scheduler.counts["requeued_units"])
+        return ExecutionFacts("ray", scheduling={"executor": "ray", "placement": "actor", **dataclasses.asdict(self.plan),
+                                                 "counts": counts}, policy_calls=self.ctx.counts.to_json())
 
     def describe(self) -> str:
         assert self.plan is not None
@@ -401,13 +415,6 @@ class RayExecutor(Executor):
     def close(self) -> None:
         if self.ray is None:
             return
-        for a in self.actors:
-            try:
-                self.ray.get(a.handle.close.remote(), timeout=120)  # finish its videos, free GL contexts
-            except Exception:  # a dead actor has nothing to close
-                pass
-            self.ray.kill(a.handle)
-        self.actors = []
         if self.plan is not None and self.plan.started_cluster:
             self.ray.shutdown()
 
@@ -457,6 +464,15 @@ def fitting_actors(nodes: list[dict[str, float]], cpus_per_actor: float, gpus_pe
             n = min(n, int(node["GPU"] // gpus_per_actor + 1e-9))
         total += max(0, n)
     return total
+
+
+def _fetch(ray: Any, refs: list[Any], timeout: float) -> None:
+    """Fetch `refs`, errors and all: Ray logs the errors nobody fetched as "unhandled"."""
+    for ref in refs:
+        try:
+            ray.get(ref, timeout=timeout)
+        except Exception:  # a dead actor's calls: its death is handled already
+            pass
 
 
 def _write_video(output_dir: str, relpath: str, data: bytes) -> None:

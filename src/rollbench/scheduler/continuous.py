@@ -32,7 +32,7 @@ from rollbench.policies.base import Policy
 from rollbench.results.adaptive import Stops
 from rollbench.results.records import EpisodeRecord
 from rollbench.scheduler.common import HELD_POLL_S, StepContext, act_surviving
-from rollbench.scheduler.pool import PoolOptions, WorkerHandle, WorkerPool, flat_layout, retry_or_fail
+from rollbench.scheduler.pool import PoolOptions, Transport, WorkerHandle, WorkerPool, flat_layout, retry_or_fail
 from rollbench.scheduler.shm import stack_any
 from rollbench.scheduler.worker import Report, SlotError
 
@@ -110,11 +110,12 @@ def _concat(parts: list[Any]) -> Any:
 class ContinuousScheduler(WorkerPool):
     def __init__(
         self, ctx: StepContext, units: list[EpisodeUnit], opts: PoolOptions, policy: Policy | None,
-        stops: Stops | None = None,
+        stops: Stops | None = None, transport: Transport | None = None,
     ) -> None:
         if (opts.placement == "driver") != (policy is not None):
             raise ValueError("continuous scheduler: driver placement takes the driver's policy, worker placement none")
-        super().__init__(ctx, opts, flat_layout(ctx, {u.task for u in units}))
+        shared = transport is None or transport.shared_memory
+        super().__init__(ctx, opts, flat_layout(ctx, {u.task for u in units}) if shared else None, transport=transport)
         self.queue = UnitQueue(units)
         self.n_slots_total = opts.workers * opts.slots_per_worker
         self.policy = policy
@@ -124,11 +125,27 @@ class ContinuousScheduler(WorkerPool):
         self.ready = stops.ready if stops is not None and stops.paces else None  # held back: not yet
         self.held_at = float("-inf")
         self.cancelling: set[Any] = set()  # unit keys a cancel was sent for
+        # units a worker held when it died, its transport unable to say which one killed it:
+        # each runs alone on a worker (`alone`), and no worker gets other units while any wait
+        self.suspects: deque[tuple[EpisodeUnit, int]] = deque()
+        self.alone: set[int] = set()
 
     # -- bookkeeping -----------------------------------------------------------------
     def _fill(self, w: WorkerHandle) -> None:
-        """Top up w's slots (current + one prefetched while work is plentiful) and send."""
-        depth = 2 if len(self.queue) >= self.n_slots_total else 1
+        """Top up w's slots (current + `queue_per_slot` more while work is plentiful) and send."""
+        if w.index in self.alone:
+            if w.busy():
+                return  # a suspect runs alone: if this worker dies, the suspect is the cause
+            self.alone.discard(w.index)
+        if self.suspects:
+            if not w.busy():
+                unit, attempt = self.suspects.popleft()
+                w.slots[0].append((unit, attempt))
+                w.last_task[0] = unit.task
+                self.alone.add(w.index)
+                self.send(w, ("assign", [(0, unit, attempt)]))
+            return  # the others drain, so that each suspect soon finds a worker of its own
+        depth = 1 + self.opts.queue_per_slot if len(self.queue) >= self.n_slots_total else 1
         if not len(self.queue) or all(len(q) >= depth for q in w.slots):
             return
         assigned = []
@@ -162,7 +179,7 @@ class ContinuousScheduler(WorkerPool):
         Filling one worker after the other gives the first worker the plan's first units,
         which are the ones rendered into videos: that worker then runs the longest.
         """
-        depth = 2 if len(self.queue) >= self.n_slots_total else 1
+        depth = 1 + self.opts.queue_per_slot if len(self.queue) >= self.n_slots_total else 1
         assigned: dict[int, list[tuple[Any, ...]]] = {w.index: [] for w in self.workers}
         for level in range(1, depth + 1):
             for i in range(self.opts.slots_per_worker):
@@ -210,16 +227,18 @@ class ContinuousScheduler(WorkerPool):
         unit, attempt = w.slots[err.slot].popleft()
         assert unit.key == err.unit.key
         w.started[err.slot] = False
-        yield from self._give_up_or_retry(unit, attempt, f"error in worker {w.index} on {unit.label()}: {err.error}", f"w{w.index}")
+        yield from self._give_up_or_retry(unit, attempt, f"error in {w.link.name} on {unit.label()}: {err.error}", w.link.tag)
 
     def _lost(self, w: WorkerHandle, why: str) -> Iterator[EpisodeRecord]:
         """Worker w is gone (died or hung): the unit it was inside uses up one of its
         retries, the other episodes it interrupted are simply run again (`WorkerPool.bury`)."""
         loss = self.bury(w, why)
+        self.alone.discard(w.index)
         for _, unit, attempt in loss.charged:
-            yield from self._give_up_or_retry(unit, attempt, loss.error(unit), f"w{w.index}")
+            yield from self._give_up_or_retry(unit, attempt, loss.error(unit), loss.worker.link.tag)
         for _, unit, attempt in loss.interrupted:
             self.queue.retry(unit, attempt)
+        self.suspects.extend((unit, attempt) for _, unit, attempt in loss.suspects)
 
     def _prune(self) -> None:
         """An adaptive run's task stopped (`stops` changed): forget its queued units past the
@@ -229,6 +248,7 @@ class ContinuousScheduler(WorkerPool):
             return
         self.stops_seen = stops.version
         self.queue.keep(stops.wanted)
+        self.suspects = deque(item for item in self.suspects if stops.wanted(item[0]))
         for w in self.workers:
             keys = [u.key for q in w.slots for u, _ in q if not stops.wanted(u) and u.key not in self.cancelling]
             if keys:
@@ -247,14 +267,15 @@ class ContinuousScheduler(WorkerPool):
 
     def _close_finished_tasks(self) -> None:
         for task in list(self.open_tasks):
-            if self.queue.has(task) or any(u.task == task for w in self.workers for q in w.slots for u, _ in q):
+            if (self.queue.has(task) or any(u.task == task for u, _ in self.suspects)
+                    or any(u.task == task for w in self.workers for q in w.slots for u, _ in q)):
                 continue
             self.open_tasks.discard(task)
             for w in self.workers:
                 self.send(w, ("close_task", task))
 
     def _done(self) -> bool:
-        return not len(self.queue) and not any(w.busy() for w in self.workers)
+        return not len(self.queue) and not self.suspects and not any(w.busy() for w in self.workers)
 
     def _held(self) -> bool:
         """Units wait that `ready` held back (pacing): read the rule's sources again (a
@@ -294,7 +315,7 @@ class ContinuousScheduler(WorkerPool):
                     w = self.workers[w.index]
                 self._prune()
                 self._fill(w)
-            if self._held():
+            if self._held() or self.suspects:
                 for w in self.workers:
                     self._fill(w)
 

@@ -1,15 +1,20 @@
-"""A pool of env worker processes: start, talk to, watch, bury and replace them.
+"""A pool of env workers: start, talk to, watch, bury and replace them.
 
 Both schedulers drive their envs through one: continuous mode keeps every slot busy,
 lockstep mode steps a batch's envs in it (`scheduler/lockstep.py`). The pool knows which
 units sit in which slot of which worker (`WorkerHandle.slots`), notices a worker that
-died (its process sentinel, a broken pipe) or stopped making progress (its heartbeat in
-shared memory), and on a loss says which unit was to blame (`Loss`); what happens to the
-units then is the scheduler's business.
+died (its process sentinel, a broken pipe) or stopped making progress (its heartbeat),
+and on a loss says which unit was to blame (`Loss`); what happens to the units then is
+the scheduler's business.
+
+How the workers run is the pool's `Transport`: processes of this machine with pipes and
+shared memory (`Processes`, here), or Ray actors (`executors/ray.py`), so that deaths,
+hangs, retries and requeues are written once, here and in the schedulers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import signal
@@ -20,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rollbench.config.eval import RecordRule
 from rollbench.errors import ConfigError, PolicyError, WorkerError
@@ -52,17 +57,17 @@ class PoolOptions:
     video: VideoPlan | None = None
     max_rows_per_call: int | None = None  # driver placement: --policy.max_batch_size
     record_mode: RecordRule | None = None  # --eval.recording: whose frames the workers keep
+    queue_per_slot: int = 1  # units queued behind each slot's running one while the queue is long
     driver_threads: int | None = None  # torch threads of this process while it drives (None: as they are)
     worker_threads: int = 1  # OpenMP and torch threads of each worker
 
 
 @dataclass
 class WorkerHandle:
+    """What the scheduler knows of one worker: its units, slot by slot, and its `link`."""
+
     index: int
-    process: Any
-    conn: Any
-    buffer: SlotBuffer
-    log_path: Path
+    link: Link
     slots: list[deque[tuple[EpisodeUnit, int]]]
     started: list[bool]
     inflight: bool = False
@@ -74,6 +79,12 @@ class WorkerHandle:
     def __post_init__(self) -> None:
         self.last_task = [None] * len(self.slots)
 
+    @property
+    def buffer(self) -> SlotBuffer:
+        """Its observations in shared memory (a worker process on this machine)."""
+        assert self.link.buffer is not None, "observations of this transport come pickled"
+        return self.link.buffer
+
     def busy(self) -> bool:
         return any(self.slots)
 
@@ -84,12 +95,80 @@ class WorkerHandle:
 @dataclass
 class Loss:
     """What a dead or hung worker took with it: `charged` units were inside it (each uses
-    up an attempt; `error` says why), `interrupted` ones just run again."""
+    up an attempt; `error` says why), `interrupted` ones just run again, and `suspects` (a
+    transport that cannot tell which unit it was inside) each run again alone, so that the
+    next death has one cause."""
 
     worker: WorkerHandle
     error: Callable[[EpisodeUnit], str]
     charged: list[tuple[int, EpisodeUnit, int]]  # (slot, unit, attempt)
     interrupted: list[tuple[int, EpisodeUnit, int]]
+    suspects: list[tuple[int, EpisodeUnit, int]] = field(default_factory=list)
+
+
+class Link(Protocol):
+    """One worker as its transport runs it: a process on this machine (`ProcessLink`), a
+    Ray actor (`executors/ray.py`). The pool asks nothing else of it."""
+
+    @property
+    def name(self) -> str:
+        """"worker 3": the worker in error messages."""
+        ...
+
+    @property
+    def at(self) -> str:
+        """"pid 1234": where it runs."""
+        ...
+
+    @property
+    def tag(self) -> str:
+        """"w3": the worker in an episode record."""
+        ...
+
+    @property
+    def buffer(self) -> SlotBuffer | None:
+        """Its observations in shared memory; None: they come pickled in its reports."""
+        ...
+
+    @property
+    def logged_to(self) -> str:
+        """Where its output went (a file, or Ray's logs of its node)."""
+        ...
+
+    def send(self, msg: tuple[Any, ...]) -> None: ...
+
+    def last_sign(self) -> float:
+        """This process's `time.monotonic()` of the worker's last sign of life (inf while it
+        starts, when its transport cannot see it: a Ray actor may wait for a node's CPUs)."""
+        ...
+
+    def inside(self, hung: bool) -> int | None:
+        """The slot the worker is (or died) inside a reset or step of; -1: none; None: not known."""
+        ...
+
+    def stop(self, kill: bool = False) -> None: ...
+
+    def ended(self) -> tuple[str, str]:
+        """How it ended ("was killed by SIGKILL") and the last lines it wrote."""
+        ...
+
+
+class Transport(Protocol):
+    """How a pool starts its workers and hears from them."""
+
+    shared_memory: bool  # a flat observation layout may go through shared memory
+
+    def open(self, pool: WorkerPool) -> None: ...
+
+    def spawn(self, pool: WorkerPool, spec: WorkerSpec, old: Link | None) -> Link:
+        """A fresh worker for `spec` (in place of `old`, whose resources it may reuse)."""
+        ...
+
+    def wait(self, links: list[Link], timeout: float) -> Iterator[tuple[Link, tuple[Any, ...]]]:
+        """Messages from `links` that arrive within `timeout`; ("lost", "") for one that died."""
+        ...
+
+    def close(self, links: list[Link]) -> None: ...
 
 
 def retry_or_fail(
@@ -140,83 +219,161 @@ def sweep_shm() -> int:
     return removed
 
 
-class WorkerPool:
-    """`opts.workers` worker processes; `tag` keeps the logs and shared memory of pools
-    that run side by side apart (lockstep's parallel tasks)."""
+@dataclass
+class ProcessLink:
+    """A worker process on this machine: a pipe, its process sentinel, a file in /dev/shm."""
 
-    def __init__(self, ctx: StepContext, opts: PoolOptions, layout: tuple[ArraySpec, ...] | None, tag: str = "") -> None:
-        self.ctx = ctx
-        self.opts = opts
-        self.layout = layout
-        self.tag = tag
+    name: str
+    at: str
+    tag: str
+    process: Any
+    conn: Any
+    buffer: SlotBuffer
+    log_path: Path
+
+    @property
+    def logged_to(self) -> str:
+        return str(self.log_path)
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        try:
+            self.conn.send(msg)
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            pass  # a dead worker's pipe: its sentinel says so, and its units are requeued
+
+    def last_sign(self) -> float:
+        return float(self.buffer.beat[0])
+
+    def inside(self, hung: bool) -> int | None:
+        return int(self.buffer.current[0])  # the shared memory outlives the process
+
+    def stop(self, kill: bool = False) -> None:
+        if not kill:
+            self.send(("stop",))
+            self.process.join(timeout=120)  # a worker finishes encoding its videos before it exits
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        self.conn.close()
+
+    def ended(self) -> tuple[str, str]:
+        code = self.process.exitcode
+        if code is not None and code < 0:
+            how = f"was killed by {signal.Signals(-code).name}"
+        elif code is not None:
+            how = f"exited with code {code}"
+        else:
+            how = "stopped answering"
+        return how, tail(self.log_path)
+
+
+class Processes:
+    """Workers as forkserver processes of this machine (the local executor's transport)."""
+
+    shared_memory = True
+
+    def __init__(self) -> None:
         self.mpctx: Any = mp.get_context("forkserver" if sys.platform.startswith("linux") else "spawn")
-        self.run_id = f"rollbench-{os.getpid()}-{int(time.time() * 1000) % 10**8}{tag}"
-        self.workers: list[WorkerHandle] = []
-        self.fruitless = [0] * opts.workers  # deaths in a row of a worker that never reported
 
-    # -- processes -------------------------------------------------------------------
-    def start(self) -> None:
-        self.opts.log_dir.mkdir(parents=True, exist_ok=True)
+    def open(self, pool: WorkerPool) -> None:
+        pool.opts.log_dir.mkdir(parents=True, exist_ok=True)
         sweep_shm()
+
+    def spawn(self, pool: WorkerPool, spec: WorkerSpec, old: Link | None) -> ProcessLink:
+        path = os.path.join(shm_dir(), f"{pool.run_id}-w{spec.index}.buf")
+        buffer = old.buffer if old is not None and old.buffer is not None else SlotBuffer(pool.layout, spec.n_slots, path, create=True)
+        log_path = pool.opts.log_dir / f"worker-{pool.tag}{spec.index}.log"
+        spec = dataclasses.replace(spec, buffer_path=path, log_path=str(log_path))
+        with open(log_path, "a", encoding="utf-8") as fh:
+            fh.write(f"--- worker {spec.index} starting at {time.strftime('%H:%M:%S')} ---\n")
+        parent, child = self.mpctx.Pipe()
+        buffer.touch()
         # one BLAS/OpenMP thread per worker (`worker_threads`): N workers with a full pool each
         # oversubscribe the cores. Each worker sets it again from its spec; the forkserver,
         # started by the first spawn, passes this on to what loads before that
         prev = os.environ.get("OMP_NUM_THREADS")
-        os.environ["OMP_NUM_THREADS"] = str(self.opts.worker_threads)
+        os.environ["OMP_NUM_THREADS"] = str(spec.threads)
         try:
-            self.workers = [self.spawn(i) for i in range(self.opts.workers)]
+            proc = self.mpctx.Process(target=worker_main, args=(child, spec), name=f"rollbench-worker-{pool.tag}{spec.index}",
+                                      daemon=True)
+            proc.start()
         finally:
             if prev is None:
                 os.environ.pop("OMP_NUM_THREADS", None)
             else:
                 os.environ["OMP_NUM_THREADS"] = prev
+        child.close()
+        return ProcessLink(f"worker {spec.index}", f"pid {proc.pid}", f"w{spec.index}", proc, parent, buffer, log_path)
 
-    def spawn(self, index: int, buffer: SlotBuffer | None = None) -> WorkerHandle:
+    def wait(self, links: list[Link], timeout: float) -> Iterator[tuple[Link, tuple[Any, ...]]]:
+        by_obj: dict[Any, ProcessLink] = {}  # connections and process sentinels
+        for link in links:
+            assert isinstance(link, ProcessLink)
+            by_obj[link.conn] = link
+            by_obj[link.process.sentinel] = link
+        for obj in wait(list(by_obj), timeout=timeout):
+            pl = by_obj[obj]
+            if pl.conn.closed:
+                continue  # buried since (its message before told the pool it was gone)
+            from_pipe = obj is pl.conn  # (not the sentinel)
+            if from_pipe:
+                try:
+                    msg: tuple[Any, ...] = pl.conn.recv()
+                except (EOFError, OSError):
+                    yield pl, ("lost", "")
+                    continue
+                yield pl, msg
+            elif not pl.conn.poll():
+                yield pl, ("lost", "")
+
+    def close(self, links: list[Link]) -> None:
+        for link in links:
+            link.stop()
+            if link.buffer is not None:
+                link.buffer.close(unlink=True)
+
+
+class WorkerPool:
+    """`opts.workers` workers, run by `transport` (processes of this machine unless told);
+    `tag` keeps the logs and shared memory of pools that run side by side apart (lockstep's
+    parallel tasks)."""
+
+    def __init__(self, ctx: StepContext, opts: PoolOptions, layout: tuple[ArraySpec, ...] | None, tag: str = "",
+                 transport: Transport | None = None) -> None:
+        self.ctx = ctx
+        self.opts = opts
+        self.transport: Transport = transport if transport is not None else Processes()
+        self.layout = layout if self.transport.shared_memory else None
+        self.tag = tag
+        self.run_id = f"rollbench-{os.getpid()}-{int(time.time() * 1000) % 10**8}{tag}"
+        self.workers: list[WorkerHandle] = []
+        self.fruitless = [0] * opts.workers  # deaths in a row of a worker that never reported
+        self.counts = {"worker_deaths": 0, "requeued_units": 0}
+
+    # -- workers ---------------------------------------------------------------------
+    def start(self) -> None:
+        self.transport.open(self)
+        self.workers = [self.spawn(i) for i in range(self.opts.workers)]
+
+    def spawn(self, index: int, old: Link | None = None) -> WorkerHandle:
         k = self.opts.slots_per_worker
-        path = os.path.join(shm_dir(), f"{self.run_id}-w{index}.buf")
-        if buffer is None:
-            buffer = SlotBuffer(self.layout, k, path, create=True)
-        log_path = self.opts.log_dir / f"worker-{self.tag}{index}.log"
         spec = WorkerSpec(
             index=index, n_slots=k, benchmark=self.ctx.benchmark,
             policy=self.ctx.policy_config if self.opts.placement == "worker" else None,
-            layout=self.layout, buffer_path=path, log_path=str(log_path), gl_backend=self.opts.gl_backend,
+            layout=self.layout, buffer_path="", log_path=os.devnull, gl_backend=self.opts.gl_backend,
             video=self.opts.video, record_mode=self.opts.record_mode, threads=self.opts.worker_threads,
             paraphrases=self.ctx.paraphrases,
         )
-        with open(log_path, "a", encoding="utf-8") as fh:
-            fh.write(f"--- worker {index} starting at {time.strftime('%H:%M:%S')} ---\n")
-        parent, child = self.mpctx.Pipe()
-        buffer.touch()
-        proc = self.mpctx.Process(target=worker_main, args=(child, spec), name=f"rollbench-worker-{self.tag}{index}", daemon=True)
-        proc.start()
-        child.close()
-        return WorkerHandle(index, proc, parent, buffer, log_path, [deque() for _ in range(k)], [False] * k)
-
-    def stop(self, w: WorkerHandle, kill: bool = False) -> None:
-        if not kill:
-            try:
-                w.conn.send(("stop",))
-            except (BrokenPipeError, OSError):
-                pass
-            w.process.join(timeout=120)  # a worker finishes encoding its videos before it exits
-        if w.process.is_alive():
-            w.process.kill()
-            w.process.join(timeout=5)
-        w.conn.close()
+        link = self.transport.spawn(self, spec, old)
+        return WorkerHandle(index, link, [deque() for _ in range(k)], [False] * k)
 
     def close(self) -> None:
-        for w in self.workers:
-            self.stop(w)
-            w.buffer.close(unlink=True)
+        self.transport.close([w.link for w in self.workers])
 
     # -- messages --------------------------------------------------------------------
     def send(self, w: WorkerHandle, msg: tuple[Any, ...]) -> None:
-        """Send; a dead worker's pipe is noticed through its sentinel, and its units requeued."""
-        try:
-            w.conn.send(msg)
-        except (BrokenPipeError, ConnectionResetError, OSError):
-            pass
+        """Send; a dead worker is noticed by its transport, and its units requeued."""
+        w.link.send(msg)
         w.sent_at = time.monotonic()
 
     def expecting(self, w: WorkerHandle) -> bool:
@@ -224,29 +381,17 @@ class WorkerPool:
         return w.inflight if self.opts.placement == "driver" else w.busy()
 
     def hung(self, w: WorkerHandle, now: float) -> bool:
-        last = max(float(w.buffer.beat[0]), w.sent_at)
+        last = max(w.link.last_sign(), w.sent_at)
         return self.expecting(w) and now - last > self.opts.step_timeout_s
 
     def receive(self, candidates: list[WorkerHandle], timeout: float) -> Iterator[tuple[WorkerHandle, Any]]:
         """Messages from `candidates` (or ("lost", why) events) that arrive within `timeout`."""
-        by_obj: dict[Any, WorkerHandle] = {}  # connections and process sentinels
-        for w in candidates:
-            by_obj[w.conn] = w
-            by_obj[w.process.sentinel] = w
-        ready: list[Any] = wait(list(by_obj), timeout=timeout)
-        for obj in ready:
-            w = by_obj[obj]
+        by_link = {id(w.link): w for w in candidates}
+        for link, msg in self.transport.wait([w.link for w in candidates], timeout):
+            w = by_link[id(link)]
             if self.workers[w.index] is not w:
                 continue  # already replaced in this round
-            if obj is w.conn:
-                try:
-                    msg = w.conn.recv()
-                except (EOFError, OSError):
-                    yield w, ("lost", "")
-                    continue
-                yield w, msg
-            elif not w.conn.poll():
-                yield w, ("lost", "")
+            yield w, msg
         now = time.monotonic()
         for w in candidates:
             if self.workers[w.index] is w and self.hung(w, now):
@@ -260,30 +405,34 @@ class WorkerPool:
 
     # -- losses ----------------------------------------------------------------------
     def bury(self, w: WorkerHandle, why: str) -> Loss:
-        """Worker w is gone (died or hung): kill what is left of it, start a fresh one in
-        its place, and say which of its units were to blame.
+        """Worker w is gone (died, or hung: `why`): kill what is left of it, start a fresh
+        one in its place, and say which of its units were to blame.
 
-        The worker marks in shared memory which slot it is inside a reset or step of, so the
-        unit that killed (or hung) it is known: that unit is charged, while the other
-        episodes it interrupted are simply run again. When the worker died outside any env
-        call, every episode it was running is charged.
+        A worker marks which slot it is inside a reset or step of, so the unit that killed
+        (or hung) it is known: that unit is charged, while the other episodes it interrupted
+        are simply run again. When it died outside any env call, every episode it was running
+        is charged. When its transport cannot tell (a Ray actor that died: its mark died with
+        it), the unit at the head of each slot is a suspect, charged at once if it was alone.
         """
-        inside = int(w.buffer.current[0])
-        self.stop(w, kill=True)
-        code = w.process.exitcode
-        if code is not None and code < 0:
-            how = f"was killed by {signal.Signals(-code).name}"
-        elif code is not None:
-            how = f"exited with code {code}"
-        else:
-            how = "stopped answering"
-        text = tail(w.log_path)
+        inside = w.link.inside(hung=bool(why))
+        w.link.stop(kill=True)
+        how, text = w.link.ended()
         charged: list[tuple[int, EpisodeUnit, int]] = []
         interrupted: list[tuple[int, EpisodeUnit, int]] = []
+        suspects: list[tuple[int, EpisodeUnit, int]] = []
+        heads = sum(1 for q in w.slots if q)
         for i, q in enumerate(w.slots):
             for n, (unit, attempt) in enumerate(q):
-                culprit = n == 0 and (i == inside or (inside < 0 and w.started[i]))
-                (charged if culprit else interrupted).append((i, unit, attempt))
+                if n:
+                    interrupted.append((i, unit, attempt))
+                elif inside is None:
+                    (charged if heads == 1 else suspects).append((i, unit, attempt))
+                elif i == inside or (inside < 0 and w.started[i]):
+                    charged.append((i, unit, attempt))
+                else:
+                    interrupted.append((i, unit, attempt))
+        self.counts["worker_deaths"] += 1
+        self.counts["requeued_units"] += len(interrupted) + len(suspects)
         if charged or w.reported:
             self.fruitless[w.index] = 0
         elif w.busy():  # it had work and died before reporting on any of it
@@ -294,14 +443,14 @@ class WorkerPool:
             # it dies before any episode starts (a broken import, a missing library): a fresh
             # process would die the same way, forever, and no unit would ever be charged
             raise WorkerError(
-                f"worker {w.index} {why or how} {self.fruitless[w.index]} times in a row before running any episode; "
-                f"last lines of {w.log_path}:\n{text or '(empty)'}"
+                f"{w.link.name} {why or how} {self.fruitless[w.index]} times in a row before running any episode; "
+                f"last lines of {w.link.logged_to}:\n{text or '(empty)'}"
             )
-        pid = w.process.pid
+        name = f"{w.link.name} ({w.link.at})"
 
         def error(unit: EpisodeUnit) -> str:
-            out = f"worker {w.index} (pid {pid}) {why or how} while running {unit.label()}"
+            out = f"{name} {why or how} while running {unit.label()}"
             return out + (f"; last stderr lines:\n{text}" if text else "")
 
-        self.workers[w.index] = self.spawn(w.index, w.buffer)
-        return Loss(w, error, charged, interrupted)
+        self.workers[w.index] = self.spawn(w.index, w.link)
+        return Loss(w, error, charged, interrupted, suspects)
