@@ -112,6 +112,37 @@ def test_glfw_without_a_display_is_refused_when_the_run_films(tmp_path: Path, mo
     check_user_backend(MetaWorldConfig(), films=1)
 
 
+@pytest.mark.metaworld
+def test_glfw_without_a_display_is_refused_when_the_observations_are_images(tmp_path: Path, monkeypatch) -> None:
+    """Pixel observations render every step, so a run that films nothing renders too: under
+    glfw with no display every episode failed. It is refused in one line before it starts,
+    naming the backends that work here (filming nothing would not help, so that is not said)."""
+    from rollbench.benchmarks.metaworld import MetaWorldConfig
+    from rollbench.errors import ConfigError
+    from rollbench.rendering import check_user_backend, working_backends
+
+    res = run_subprocess("eval", "--env.type=metaworld", "--env.task=reach-v3", "--env.obs_type=pixels_agent_pos",
+                         "--policy.type=random", "--eval.n_episodes=1", "--eval.max_episodes_rendered=0",
+                         f"--output_dir={tmp_path / 'out'}", MUJOCO_GL="glfw", PYOPENGL_PLATFORM="glfw", DISPLAY="",
+                         WAYLAND_DISPLAY="")
+    assert res.rc == 2, res.err
+    (line,) = res.err.strip().splitlines()
+    assert line.startswith("rollbench: error: MUJOCO_GL=glfw needs a display, and none is set (DISPLAY"), line
+    assert "this run renders its observations (observation.image" in line and "max_episodes_rendered" not in line, line
+    monkeypatch.delenv("DISPLAY", raising=False)  # as in the run
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    found = [b for b in working_backends() if b != "glfw"]
+    assert ("set " + " or ".join(f"MUJOCO_GL={b}" for b in found) + " (found on this machine)" if found
+            else "no other backend is found on this machine either") in line, line
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setenv("MUJOCO_GL", "glfw")
+    check_user_backend(MetaWorldConfig(obs_type="state"), films=0)  # it never renders
+    with pytest.raises(ConfigError, match="renders its observations"):
+        check_user_backend(MetaWorldConfig(obs_type="pixels_agent_pos"), films=0)
+    monkeypatch.setenv("DISPLAY", ":0")
+    check_user_backend(MetaWorldConfig(obs_type="pixels_agent_pos"), films=0)
+
+
 @pytest.mark.parametrize(("workers", "slots", "started"), [(4, 1, 1), (3, 2, 1), (2, 1, 1), (1, 1, 1)])
 def test_scheduling_workers_is_the_number_of_workers_started(tmp_path: Path, workers: int, slots: int,
                                                              started: int) -> None:
