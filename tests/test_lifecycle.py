@@ -50,6 +50,25 @@ def test_a_users_mujoco_gl_wins_in_one_process(tmp_path: Path) -> None:
     assert load_info(tmp_path / "out")["scheduling"]["gl_backend"] == "osmesa"
 
 
+def test_a_users_mujoco_gl_unset_since_an_earlier_run_is_not_remembered(monkeypatch) -> None:
+    """A run under the user's glfw writes MUJOCO_GL=glfw itself; once the user unsets it, the
+    next run in this process chooses its own backend, not the earlier run's glfw (which, left
+    behind, had one test of tests/test_videos.py refuse the run of the next)."""
+    from rollbench import rendering
+
+    monkeypatch.setattr(rendering, "_ours", [None, None])  # this process has written nothing yet
+    monkeypatch.setenv("MUJOCO_GL", "glfw")
+    monkeypatch.setenv("PYOPENGL_PLATFORM", "glfw")
+    rendering.apply_backend(rendering.choose_backend("auto"))  # as a run does
+    assert rendering.user_backend() == "glfw"
+    monkeypatch.delenv("MUJOCO_GL")
+    assert rendering.user_backend() is None
+    rendering.apply_backend("egl")  # the next run's own choice
+    assert rendering.user_backend() is None
+    monkeypatch.setenv("MUJOCO_GL", "osmesa")  # set again: the user's
+    assert rendering.user_backend() == "osmesa"
+
+
 @pytest.mark.metaworld
 @pytest.mark.parametrize(("gl", "says"), [("osmesa", "MUJOCO_GL=osmesa: OSMesa's library (libOSMesa.so) is not installed"),
                                           ("nonsense", "MUJOCO_GL='nonsense' is not a rendering backend")])

@@ -107,9 +107,11 @@ _ours: list[str | None] = [None, None]  # [value we set, the user's value before
 
 
 def user_backend() -> str | None:
-    """The MUJOCO_GL the user set, if any (not one this process set itself)."""
+    """The MUJOCO_GL the user set, if any (not one this process set itself): the value there
+    now, unless it is the one rollbench last wrote, which stands for the user's before it. A
+    value gone since is the user's too (unset: none), not a reason to keep an earlier one."""
     current = os.environ.get("MUJOCO_GL") or None
-    if current is not None and current != _ours[0]:
+    if current != _ours[0]:
         return current
     return _ours[1]
 
