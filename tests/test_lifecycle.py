@@ -50,6 +50,25 @@ def test_a_users_mujoco_gl_wins_in_one_process(tmp_path: Path) -> None:
     assert load_info(tmp_path / "out")["scheduling"]["gl_backend"] == "osmesa"
 
 
+def test_a_users_mujoco_gl_unset_since_an_earlier_run_is_not_remembered(monkeypatch) -> None:
+    """A run under the user's glfw writes MUJOCO_GL=glfw itself; once the user unsets it, the
+    next run in this process chooses its own backend, not the earlier run's glfw (which, left
+    behind, had one test of tests/test_videos.py refuse the run of the next)."""
+    from rollbench import rendering
+
+    monkeypatch.setattr(rendering, "_ours", [None, None])  # this process has written nothing yet
+    monkeypatch.setenv("MUJOCO_GL", "glfw")
+    monkeypatch.setenv("PYOPENGL_PLATFORM", "glfw")
+    rendering.apply_backend(rendering.choose_backend("auto"))  # as a run does
+    assert rendering.user_backend() == "glfw"
+    monkeypatch.delenv("MUJOCO_GL")
+    assert rendering.user_backend() is None
+    rendering.apply_backend("egl")  # the next run's own choice
+    assert rendering.user_backend() is None
+    monkeypatch.setenv("MUJOCO_GL", "osmesa")  # set again: the user's
+    assert rendering.user_backend() == "osmesa"
+
+
 @pytest.mark.metaworld
 @pytest.mark.parametrize(("gl", "says"), [("osmesa", "MUJOCO_GL=osmesa: OSMesa's library (libOSMesa.so) is not installed"),
                                           ("nonsense", "MUJOCO_GL='nonsense' is not a rendering backend")])
@@ -110,6 +129,37 @@ def test_glfw_without_a_display_is_refused_when_the_run_films(tmp_path: Path, mo
         check_user_backend(MetaWorldConfig(), films=1)
     monkeypatch.setenv("DISPLAY", ":0")
     check_user_backend(MetaWorldConfig(), films=1)
+
+
+@pytest.mark.metaworld
+def test_glfw_without_a_display_is_refused_when_the_observations_are_images(tmp_path: Path, monkeypatch) -> None:
+    """Pixel observations render every step, so a run that films nothing renders too: under
+    glfw with no display every episode failed. It is refused in one line before it starts,
+    naming the backends that work here (filming nothing would not help, so that is not said)."""
+    from rollbench.benchmarks.metaworld import MetaWorldConfig
+    from rollbench.errors import ConfigError
+    from rollbench.rendering import check_user_backend, working_backends
+
+    res = run_subprocess("eval", "--env.type=metaworld", "--env.task=reach-v3", "--env.obs_type=pixels_agent_pos",
+                         "--policy.type=random", "--eval.n_episodes=1", "--eval.max_episodes_rendered=0",
+                         f"--output_dir={tmp_path / 'out'}", MUJOCO_GL="glfw", PYOPENGL_PLATFORM="glfw", DISPLAY="",
+                         WAYLAND_DISPLAY="")
+    assert res.rc == 2, res.err
+    (line,) = res.err.strip().splitlines()
+    assert line.startswith("rollbench: error: MUJOCO_GL=glfw needs a display, and none is set (DISPLAY"), line
+    assert "this run renders its observations (observation.image" in line and "max_episodes_rendered" not in line, line
+    monkeypatch.delenv("DISPLAY", raising=False)  # as in the run
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    found = [b for b in working_backends() if b != "glfw"]
+    assert ("set " + " or ".join(f"MUJOCO_GL={b}" for b in found) + " (found on this machine)" if found
+            else "no other backend is found on this machine either") in line, line
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setenv("MUJOCO_GL", "glfw")
+    check_user_backend(MetaWorldConfig(obs_type="state"), films=0)  # it never renders
+    with pytest.raises(ConfigError, match="renders its observations"):
+        check_user_backend(MetaWorldConfig(obs_type="pixels_agent_pos"), films=0)
+    monkeypatch.setenv("DISPLAY", ":0")
+    check_user_backend(MetaWorldConfig(obs_type="pixels_agent_pos"), films=0)
 
 
 @pytest.mark.parametrize(("workers", "slots", "started"), [(4, 1, 1), (3, 2, 1), (2, 1, 1), (1, 1, 1)])

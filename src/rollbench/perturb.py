@@ -511,13 +511,11 @@ def check_benchmark(conditions: list[Condition], features: Mapping[str, Any], en
     """Refuse, before any episode, an axis the benchmark has nothing for (`native_axes`: the
     native ones its envs apply)."""
     for cond in conditions:
+        check_actions(cond, action_space, env_type)
         for name, _ in cond.levels:
             if AXES[name].native and name not in native_axes:
                 raise ConfigError(f"--eval.perturb: {name} is applied inside the simulator, which --env.type={env_type} "
                                   f"does not do; benchmarks that apply it: {', '.join(AXES[name].native)}")
-            if name == "action.noise" and not hasattr(action_space, "low"):
-                raise ConfigError(f"--eval.perturb: action.noise adds Gaussian noise to continuous actions; the actions "
-                                  f"of --env.type={env_type} are {action_space}")
             what = "a camera image (observation.image, observation.images.*)" if name in IMAGE_AXES else " or ".join(STATE_KEYS)
             need = NEEDS.get(name) or (has_image if name in IMAGE_AXES else None)
             if need is not None and not need(features):
@@ -525,6 +523,15 @@ def check_benchmark(conditions: list[Condition], features: Mapping[str, Any], en
                     f"--eval.perturb: {name} acts on {what}, which --env.type={env_type} does not "
                     f"give (its observation: {', '.join(k for k in sorted(features) if k != 'action') or 'none'})"
                 )
+
+
+def check_actions(cond: Condition, action_space: Any, env_type: str) -> None:
+    """Refuse action.noise where the actions are not continuous (a Box's, with bounds to clip
+    to): before any episode (`check_benchmark`), and where a condition's episode starts on a
+    path that skips that check (`StepContext`, e.g. `rollbench tune`'s probe)."""
+    if cond.get("action.noise") and not (hasattr(action_space, "low") and hasattr(action_space, "high")):
+        raise ConfigError(f"--eval.perturb: action.noise adds Gaussian noise to continuous actions; the actions "
+                          f"of --env.type={env_type} are {action_space}")
 
 
 #: what state.noise perturbs, where the benchmark gives it

@@ -107,9 +107,11 @@ _ours: list[str | None] = [None, None]  # [value we set, the user's value before
 
 
 def user_backend() -> str | None:
-    """The MUJOCO_GL the user set, if any (not one this process set itself)."""
+    """The MUJOCO_GL the user set, if any (not one this process set itself): the value there
+    now, unless it is the one rollbench last wrote, which stands for the user's before it. A
+    value gone since is the user's too (unset: none), not a reason to keep an earlier one."""
     current = os.environ.get("MUJOCO_GL") or None
-    if current is not None and current != _ours[0]:
+    if current != _ours[0]:
         return current
     return _ours[1]
 
@@ -159,9 +161,10 @@ def check_user_backend(bench: BenchmarkConfig, films: int = 0) -> None:
     `bench` runs MuJoCo (it names "mujoco" among its required modules): MuJoCo and dm_control
     read MUJOCO_GL once, at their first import, and fail there, before any render, saying
     "'NoneType' object has no attribute 'glGetError'" (libOSMesa missing) or "invalid value".
-    `films`: the episodes per task the run films (--eval.max_episodes_rendered); glfw with no
-    display is refused then (MuJoCo's first render fails, and the worker aborts in its next,
-    every episode, measured here). A benchmark without MuJoCo runs under any value."""
+    glfw with no display is refused for a run that renders: one whose observations are camera
+    images (`bench.renders_obs`), or that films (`films`: the episodes per task it films,
+    --eval.max_episodes_rendered); MuJoCo's first render fails there, and the worker aborts in
+    its next, every episode (measured here). A benchmark without MuJoCo runs under any value."""
     user = user_backend()
     needs = bench.required_modules()
     if user is None or "mujoco" not in needs:
@@ -176,12 +179,16 @@ def check_user_backend(bench: BenchmarkConfig, films: int = 0) -> None:
             f"osmesa (with libOSMesa installed), glfw (with a display); found on this machine: {works}; or unset MUJOCO_GL to "
             f"let rollbench choose"
         )
-    if films and value.lower() in _GLFW_WORDS and not has_display():
+    if value.lower() in _GLFW_WORDS and not has_display() and (films or bench.renders_obs):
+        if bench.renders_obs:  # filming nothing would not help
+            cameras = ", ".join(k for k, ft in bench.features.items() if ft.type == "VISUAL")
+            why = f"this run renders its observations ({cameras}, a camera image every step): {_what_works('glfw')}"
+        else:
+            why = (f"this run films videos (--eval.max_episodes_rendered={films}): {_what_works('glfw')}, film nothing "
+                   f"with --eval.max_episodes_rendered=0")
         raise ConfigError(
             f"MUJOCO_GL={user}{'' if value.lower() == 'glfw' else ' (glfw, MuJoCo default)'} needs a display, and none "
-            f"is set (DISPLAY, WAYLAND_DISPLAY); "
-            f"this run films videos (--eval.max_episodes_rendered={films}): {_what_works('glfw')}, film nothing "
-            f"with --eval.max_episodes_rendered=0, or unset MUJOCO_GL to let rollbench choose"
+            f"is set (DISPLAY, WAYLAND_DISPLAY); {why}, or unset MUJOCO_GL to let rollbench choose"
         )
     lib = _LIBRARIES.get(value)
     if lib is not None and not library_loads(lib):

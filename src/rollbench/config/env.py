@@ -245,6 +245,11 @@ class BenchmarkConfig:
         return {}
 
     @property
+    def renders_obs(self) -> bool:
+        """Its observations hold camera images: every step renders, whether or not the run films."""
+        return any(ft.type == "VISUAL" for ft in self.features.values())
+
+    @property
     def features_map(self) -> dict[str, str]:
         """Env observation key -> LeRobot key."""
         return {

@@ -24,7 +24,7 @@ from rollbench.policies.lerobot_plugins import lerobot_versions
 from rollbench.results import adaptive, stopped
 from rollbench.results.merge import Merged
 from rollbench.results.store import EVAL_INFO, write_json_atomic
-from rollbench.results.summary import busy_seconds, seed_results, summarize
+from rollbench.results.summary import busy_seconds, run_facts, seed_results, summarize, timing
 
 if TYPE_CHECKING:
     from rollbench.config.run import RunConfig
@@ -131,11 +131,8 @@ def _control_body(merged: Merged, descriptions: dict[str, str], root: Path) -> d
     run without --eval.perturb gives them; whether the run is complete, what is missing and
     how long it took are the whole run's (report/sweep.py adds each condition's results)."""
     body = summarize(control_only(merged), descriptions, root)
-    whole = summarize(merged, descriptions, root)
-    for key in ("status", "n_planned", "missing_units", "duplicates_ignored", "conflicts"):
-        body[key] = whole[key]
-    for key in ("eval_s", "eval_ep_s"):
-        body["overall"][key] = whole["overall"][key]
+    body.update(run_facts(merged))
+    body["overall"].update(timing(merged))
     return body
 
 

@@ -131,18 +131,23 @@ def summarize(merged: Merged, descriptions: dict[str, str] | None = None, root: 
         g: {**aggregate(recs, group_failed[g]), "video_paths": videos(recs)} for g, recs in group_records.items()
     }
     all_ok = [r for recs in group_records.values() for r in recs]
+    overall = {**aggregate(all_ok, len(merged.failed)), **timing(merged), "video_paths": videos(all_ok)}
+    facts = run_facts(merged)
+    return {"status": facts.pop("status"), "per_task": per_task, "per_group": per_group, "overall": overall, **facts}
+
+
+def timing(merged: Merged) -> dict[str, float]:
+    """`overall`'s `eval_s` (the wall time of every episode in the log, `busy_seconds`) and
+    `eval_ep_s` (that per finished episode)."""
     eval_s = busy_seconds(list(merged.records.values()))
-    overall = {
-        **aggregate(all_ok, len(merged.failed)),
-        "eval_s": eval_s,
-        "eval_ep_s": eval_s / max(1, len(all_ok)),
-        "video_paths": videos(all_ok),
-    }
+    return {"eval_s": eval_s, "eval_ep_s": eval_s / max(1, sum(r.ok for r in merged.records.values()))}
+
+
+def run_facts(merged: Merged) -> dict[str, Any]:
+    """What the body says of the run as a whole beside its rates: whether it is complete, what
+    it planned and what is missing, what its logs held twice or disagreed on."""
     return {
         "status": "complete" if merged.complete else "partial",
-        "per_task": per_task,
-        "per_group": per_group,
-        "overall": overall,
         "n_planned": len(merged.plan),
         "missing_units": [
             {"task_group": u.task_group, "task_id": u.task_id, "task": u.task, "episode_index": u.episode_index,

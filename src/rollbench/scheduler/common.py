@@ -195,9 +195,7 @@ class StepContext:
         space = self.action_space
         box = hasattr(space, "low") and hasattr(space, "high")
         cond = perturb.condition(start.condition)
-        if cond.get("action.noise") and not box:
-            raise ConfigError(f"--eval.perturb: action.noise adds Gaussian noise to continuous actions; the actions of "
-                              f"--env.type={self.benchmark.type_name} are {space}")
+        perturb.check_actions(cond, space, self.benchmark.type_name)
         return Perturber(cond, start.seed, (space.low, space.high) if box else None, self.instruction(start.condition, start.task))
 
     def policy_batch(self, obs: Any, pre: Any, features: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -41,16 +41,12 @@ log = logging.getLogger(__name__)
 # processes (probe_process.py) import this package and should load what a worker loads, no more.
 
 
-def _renders_obs(cfg: RunConfig) -> bool:
-    return any(ft.type == "VISUAL" for ft in cfg.env.features.values())
-
-
 def run_shape(cfg: RunConfig, n_units: int) -> RunShape:
     tasks = [t for names in cfg.env.tasks().values() for t in names]
     return RunShape(
         n_units=n_units, n_tasks=len(tasks), n_episodes=cfg.eval.n_episodes,
         videos_per_task=cfg.eval.max_episodes_rendered, device=cfg.policy.device, mode=cfg.eval.mode,
-        placement=cfg.policy.placement, render_device=cfg.render_device, renders_obs=_renders_obs(cfg),
+        placement=cfg.policy.placement, render_device=cfg.render_device, renders_obs=cfg.env.renders_obs,
     )
 
 
@@ -81,7 +77,7 @@ def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, r
     # the backend the run would use (the run decides its own, once, after the recommendation);
     # on a CPU machine with no choice made by the user, the other one is timed too
     backend = choose_backend(cfg.render_device)
-    renders = _renders_obs(cfg) or cfg.eval.max_episodes_rendered > 0
+    renders = cfg.env.renders_obs or cfg.eval.max_episodes_rendered > 0
     other = None
     if renders and cfg.render_device == "auto" and not machine.gpus and user_backend() is None:
         other = "egl" if backend == "osmesa" else ("osmesa" if osmesa_loadable() else None)
