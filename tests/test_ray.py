@@ -53,6 +53,10 @@ def test_ray_equals_local_on_the_fake_benchmark(cli, cluster, tmp_path: Path, lo
     assert per_episode(tmp_path) == local_fake
     info = load_info(tmp_path)
     assert info["mode"] == "ray" and info["scheduling"]["actors"] == 2
+    # decided by the one `decide`: a local run's schedule fields, the actors as its workers
+    local = load_info(local_dir)["scheduling"]
+    assert set(local) <= set(info["scheduling"]) and info["scheduling"]["workers"] == 2
+    assert info["scheduling"]["placement"] == "worker" and info["scheduling"]["queue_per_slot"] == 1
     # the same top-level keys as one process writes (tests/test_sharding.py: shards and merges)
     assert list(info) == list(load_info(local_dir)), (list(info), list(load_info(local_dir)))
     assert info["policy_calls"]["rows"] >= info["policy_calls"]["calls"] > 0 and info["command"][:2] == ["rollbench", "eval"]
@@ -182,6 +186,13 @@ def test_bad_ray_flags_are_one_line_errors(cli, tmp_path: Path, flags: tuple[str
     res = cli(*FAKE, "--executor=ray", *flags, f"--output_dir={tmp_path}")
     assert res.rc == 2
     assert needle in res.err and len(res.err.strip().splitlines()) == 1, res.err
+
+
+def test_a_lockstep_only_policy_is_refused_before_ray_starts(cli, tmp_path: Path) -> None:
+    res = cli("eval", "--env.type=fake", "--policy.type=module", "--policy.path=helpers_sched:shared_state_policy",
+              "--executor=ray", f"--output_dir={tmp_path}")
+    assert res.rc == 2 and "keeps no per-slot state" in res.err and "use --executor=local" in res.err, res.err
+    assert len(res.err.strip().splitlines()) == 1 and not (tmp_path / "run.json").exists()
 
 
 def test_a_killed_driver_resumes_on_rerun(tmp_path: Path, local_fake: dict) -> None:

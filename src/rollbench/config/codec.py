@@ -8,7 +8,9 @@
 
 Used to rebuild a RunConfig (`cli.config_from_dict`), the command a report shows when a run
 recorded none (`report.runs.command_line`), and the command `rollbench merge` writes for the
-run whose shards it merged (`cli.rerun_argv`).
+run whose shards it merged (`cli.rerun_argv`). The shard launcher's children and `rollbench
+tune`'s suggested command spell the user's own flags through `to_argv` too: they keep the
+flags as the user typed them (a relative path stays relative), less those they set.
 """
 
 from __future__ import annotations

@@ -50,13 +50,14 @@ from typing import Any
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError, PolicyError, RollbenchError, WorkerError, message_line
 from rollbench.executors.base import Executor, Run
-from rollbench.rendering import apply_backend, choose_backend
+from rollbench.policies.base import Policy
+from rollbench.rendering import apply_backend
 from rollbench.results.eval_info import ExecutionFacts
 from rollbench.results.records import EpisodeRecord
 from rollbench.scheduler.common import StepContext
 from rollbench.scheduler.continuous import ContinuousScheduler
-from rollbench.scheduler.decide import decide_mode, decide_placement, default_slots, video_plan
-from rollbench.scheduler.pool import Link, PoolOptions, WorkerPool
+from rollbench.scheduler.decide import Cluster, Schedule, check_cluster_mode, decide, decide_mode
+from rollbench.scheduler.pool import Link, WorkerPool
 from rollbench.scheduler.shm import SlotBuffer, shm_dir
 from rollbench.scheduler.worker import Report, Worker, WorkerSpec
 
@@ -314,17 +315,14 @@ class RayTransport:
 
 
 @dataclass
-class _Plan:
-    """What the driver decided for the cluster."""
+class _Cluster:
+    """The cluster the run is on (its share of `scheduling` beside the `Schedule`)."""
 
     address: str
     started_cluster: bool
     actors: int
     cpus_per_actor: float
     gpus_per_actor: float
-    slots_per_actor: int
-    queue_per_slot: int
-    gl_backend: str
     cluster_cpus: float
     cluster_gpus: float
 
@@ -333,9 +331,10 @@ class RayExecutor(Executor):
     def __init__(self) -> None:
         self.cfg: RunConfig | None = None
         self.ray: Any = None
-        self.plan: _Plan | None = None
-        self.cheap = False
         self.ctx: StepContext | None = None
+        self.policy: Policy | None = None  # built in setup, for its traits; each actor builds its own
+        self.cluster: _Cluster | None = None
+        self.schedule: Schedule | None = None
         self.transport: RayTransport | None = None
         self.scheduler: ContinuousScheduler | None = None
 
@@ -347,19 +346,12 @@ class RayExecutor(Executor):
         if cfg.ray.address and not self.ray.is_initialized():
             check_reachable(cfg.ray.address, cfg.ray.connect_timeout_s)
         self.ctx = StepContext.of_run(cfg)
-        policy = self.ctx.make_policy()  # a bad policy fails here, before any output
-        try:
-            if decide_mode(cfg, policy) != "continuous":
-                raise ConfigError(
-                    f"--executor=ray runs continuous batching; policy {cfg.policy.type!r} keeps no per-slot state "
-                    f"(lockstep mode): use --executor=local"
-                )
-            self.cheap = decide_placement(cfg, policy) == "worker"
-        finally:
-            policy.close()
+        self.policy = self.ctx.make_policy()  # a bad policy fails here, before any output
+        check_cluster_mode(cfg, decide_mode(cfg, self.policy))  # a lockstep-only one too, before Ray starts
         self.cfg = cfg
 
     def start(self, run: Run) -> None:
+        assert self.policy is not None
         ray, cfg = self.ray, run.cfg
         started = False
         if not ray.is_initialized():
@@ -373,49 +365,47 @@ class RayExecutor(Executor):
             ray.init(**kwargs)
             started = True
         res = ray.cluster_resources()
-        cpus, gpus = float(res.get("CPU", 1)), float(res.get("GPU", 0))
         rc = cfg.ray
-        slots = rc.slots_per_actor or (1 if self.cheap else default_slots(cfg.env.step_cost_ms, "driver", 1))
-        todo = max(1, len(run.todo))
         actors = rc.actors or max(1, fitting_actors(_node_resources(ray), rc.cpus_per_actor, rc.gpus_per_actor))
-        actors = max(1, min(actors, math.ceil(todo / slots)))
-        self.plan = _Plan(cfg.ray.address or "local", started, actors, rc.cpus_per_actor, rc.gpus_per_actor, slots,
-                          rc.queue_per_slot, choose_backend(cfg.render_device), cpus, gpus)
+        try:
+            self.schedule = decide(cfg, self.policy, len(run.todo), cluster=Cluster(actors, rc.cpus_per_actor))
+        finally:
+            self.policy.close()
+            self.policy = None
+        self.cluster = _Cluster(cfg.ray.address or "local", started, self.schedule.workers, rc.cpus_per_actor,
+                                rc.gpus_per_actor, float(res.get("CPU", 1)), float(res.get("GPU", 0)))
         log.info("ray: %d actors x %d slots (%.3g CPUs, %.3g GPUs each) on a cluster of %.3g CPUs, %.3g GPUs",
-                 actors, slots, rc.cpus_per_actor, rc.gpus_per_actor, cpus, gpus)
+                 self.schedule.workers, self.schedule.slots_per_worker, rc.cpus_per_actor, rc.gpus_per_actor,
+                 self.cluster.cluster_cpus, self.cluster.cluster_gpus)
 
     def execute(self, run: Run) -> Iterator[EpisodeRecord]:
-        assert self.plan is not None and self.cfg is not None and self.ctx is not None
-        cfg, p = self.cfg, self.plan
+        assert self.schedule is not None and self.cfg is not None and self.ctx is not None
+        cfg, rc = self.cfg, self.cfg.ray
         self.ctx.counts.calls = self.ctx.counts.rows = 0
-        # every actor runs its own policy beside its envs (worker placement), one thread per reserved CPU
-        opts = PoolOptions(
-            workers=p.actors, slots_per_worker=p.slots_per_actor, placement="worker", max_retries=cfg.eval.max_retries,
-            step_timeout_s=cfg.eval.step_timeout_s, log_dir=Path(cfg.output_dir) / "logs", gl_backend=p.gl_backend,
-            video=video_plan(cfg), record_mode=cfg.eval.record_mode, worker_threads=max(1, int(p.cpus_per_actor)),
-            queue_per_slot=p.queue_per_slot,
-        )
-        self.transport = RayTransport(self.ray, p.cpus_per_actor, p.gpus_per_actor, cfg.ray.upload_videos, cfg.output_dir)
+        self.transport = RayTransport(self.ray, rc.cpus_per_actor, rc.gpus_per_actor, rc.upload_videos, cfg.output_dir)
+        opts = self.schedule.pool_options(cfg)
         self.scheduler = ContinuousScheduler(self.ctx, run.todo, opts, None, run.stops, transport=self.transport)
         return self.scheduler.run()
 
     def facts(self) -> ExecutionFacts:
-        assert self.plan is not None and self.ctx is not None
+        assert self.schedule is not None and self.cluster is not None and self.ctx is not None
         counts = {"actors_started": 0, "actor_deaths": 0, "requeued_units": 0, "videos_uploaded": 0}
         if self.transport is not None and self.scheduler is not None:
             counts.update(self.transport.counts, actor_deaths=self.scheduler.counts["worker_deaths"],
                           requeued_units=self.scheduler.counts["requeued_units"])
-        return ExecutionFacts("ray", scheduling={"executor": "ray", "placement": "actor", **dataclasses.asdict(self.plan),
-                                                 "counts": counts}, policy_calls=self.ctx.counts.to_json())
+        scheduling = {"executor": "ray", **dataclasses.asdict(self.schedule), **dataclasses.asdict(self.cluster),
+                      "counts": counts}
+        return ExecutionFacts("ray", scheduling=scheduling, policy_calls=self.ctx.counts.to_json())
 
     def describe(self) -> str:
-        assert self.plan is not None
-        return f"on {self.plan.actors} ray actors"
+        assert self.schedule is not None
+        return f"on {self.schedule.workers} ray actors"
 
     def close(self) -> None:
-        if self.ray is None:
-            return
-        if self.plan is not None and self.plan.started_cluster:
+        if self.policy is not None:
+            self.policy.close()
+            self.policy = None
+        if self.ray is not None and self.cluster is not None and self.cluster.started_cluster:
             self.ray.shutdown()
 
 

@@ -51,6 +51,7 @@ class Schedule:
     # the policy as lerobot-eval does, whose per-action parity must hold (docs/architecture.md)
     driver_threads: int | None = None
     worker_threads: int = 1  # OpenMP and torch threads of each worker: 1, or the user's $OMP_NUM_THREADS
+    queue_per_slot: int = 1  # continuous: units queued behind each slot's running one
 
     def lockstep_options(self, cfg: RunConfig) -> LockstepOptions:
         assert self.mode == "lockstep" and self.envs_per_batch is not None
@@ -68,7 +69,7 @@ class Schedule:
             max_retries=cfg.eval.max_retries, step_timeout_s=cfg.eval.step_timeout_s,
             log_dir=Path(cfg.output_dir) / "logs", gl_backend=self.gl_backend, video=video_plan(cfg),
             max_rows_per_call=self.max_rows_per_call, record_mode=cfg.eval.record_mode,
-            driver_threads=self.driver_threads, worker_threads=self.worker_threads,
+            driver_threads=self.driver_threads, worker_threads=self.worker_threads, queue_per_slot=self.queue_per_slot,
         )
 
 
@@ -123,6 +124,15 @@ def decide_placement(cfg: RunConfig, policy: Any) -> str:
     return "worker" if getattr(policy, "cheap", False) and cfg.policy.device == "cpu" else "driver"
 
 
+@dataclass(frozen=True)
+class Cluster:
+    """A Ray cluster as `decide` sees it (`--executor=ray`): the actors that fit on it, each
+    an env worker with its own policy (worker placement), `cpus_per_actor` cores apiece."""
+
+    actors: int
+    cpus_per_actor: float
+
+
 class Recommended(Protocol):
     """What `decide` reads of `rollbench tune`'s recommendation (tune.model.Recommendation)."""
 
@@ -168,14 +178,16 @@ def tuned(cfg: RunConfig, rec: Recommended | None) -> RunConfig:
 
 
 def decide(cfg: RunConfig, policy: Any, n_units: int, rec: Recommended | None = None,
-           gpus: Sequence[Gpu] | None = None) -> Schedule:
+           gpus: Sequence[Gpu] | None = None, cluster: Cluster | None = None) -> Schedule:
     """The schedule for running `n_units` units of `cfg` with `policy` (already built), and
     the render backend of this process and its workers, decided here once (`gpus`: those
-    found, when the caller looked already)."""
+    found, when the caller looked already; `cluster`: the workers are Ray actors)."""
     cfg = tuned(cfg, rec)
     gl_backend = choose_backend(cfg.render_device, gpus)
     threads = _user_threads() or 1
     mode = decide_mode(cfg, policy)
+    if cluster is not None:
+        return _on_cluster(cfg, policy, n_units, mode, gl_backend, cluster)
     if mode == "lockstep":
         envs = cfg.eval.envs_per_batch
         if cfg.eval.batch_size is not None and cfg.eval.batch_size > cfg.eval.n_episodes:
@@ -214,3 +226,22 @@ def decide(cfg: RunConfig, policy: Any, n_units: int, rec: Recommended | None = 
     driving = driver_threads(cpu_count(), workers) if placement == "driver" else None
     return Schedule("continuous", placement, workers, slots, None, rows, False, gl_backend,
                     driver_threads=driving, worker_threads=threads)
+
+
+def check_cluster_mode(cfg: RunConfig, mode: str) -> None:
+    if mode != "continuous":
+        raise ConfigError(
+            f"--executor=ray runs continuous batching; policy {cfg.policy.type!r} keeps no per-slot state "
+            f"(lockstep mode): use --executor=local"
+        )
+
+
+def _on_cluster(cfg: RunConfig, policy: Any, n_units: int, mode: str, gl_backend: str, cluster: Cluster) -> Schedule:
+    """Ray actors as the workers: each runs its own policy beside its slots (1 slot for a
+    cheap CPU policy, else enough rows per call to batch), one thread per reserved CPU."""
+    check_cluster_mode(cfg, mode)
+    cheap = decide_placement(cfg, policy) == "worker"
+    slots = cfg.ray.slots_per_actor or (1 if cheap else default_slots(cfg.env.step_cost_ms, "driver", 1))
+    workers = max(1, min(cluster.actors, math.ceil(max(1, n_units) / slots)))
+    return Schedule("continuous", "worker", workers, slots, None, None, False, gl_backend,
+                    worker_threads=max(1, int(cluster.cpus_per_actor)), queue_per_slot=cfg.ray.queue_per_slot)

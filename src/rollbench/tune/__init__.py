@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rollbench.config.codec import to_argv
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError
 from rollbench.plan import plan_for, shard
@@ -221,7 +222,7 @@ def recommended_flags(rec: Recommendation) -> list[str]:
 
 def eval_command(flags: dict[str, str], rec: Recommendation) -> str:
     """The user's flags with the recommended settings in place of the scheduling ones."""
-    keep = [f"--{k}={v}" for k, v in flags.items() if k not in _SET_BY_TUNE and k != "policy.use_amp"]
+    keep = to_argv({k: v for k, v in flags.items() if k not in _SET_BY_TUNE and k != "policy.use_amp"})
     if "policy.use_amp" in flags and not rec.use_amp:
         keep.append(f"--policy.use_amp={flags['policy.use_amp']}")
     return shlex.join(["rollbench", "eval", *keep, *recommended_flags(rec)])
