@@ -182,8 +182,8 @@ class RolloutActor:
         return out
 
     def close(self) -> None:
-        """Stop the worker's loop (it finishes its videos and closes its envs) and clean up."""
-        self.push(self.next_seq + len(self.early), ("stop",))
+        """Wait for the worker's loop to end (its `stop` came by `push`: it finishes its
+        videos and closes its envs), then clean up."""
         self.thread.join(timeout=120)
         try:
             os.unlink(self.buffer_path)
@@ -239,8 +239,9 @@ class RayLink:
     def stop(self, kill: bool = False) -> None:
         ray = self.transport.ray
         if not kill:
+            self.send(("stop",))  # after every message before it
             try:
-                ray.get(self.handle.close.remote(), timeout=120)  # its videos finished, GL contexts freed
+                ray.get(self.handle.close.remote(), timeout=130)  # its videos finished, GL contexts freed
             except Exception:  # a dead actor has nothing to close
                 pass
         ray.kill(self.handle, no_restart=True)
