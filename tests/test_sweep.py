@@ -139,13 +139,13 @@ def test_an_axis_the_benchmark_cannot_take_is_refused_before_any_episode(tmp_pat
     assert not (tmp_path / "o").exists()
 
 
-def test_a_path_that_skips_the_check_before_any_episode_refuses_the_axis_in_the_same_words(tmp_path: Path) -> None:
-    """`rollbench tune` probes the run's episodes without `lifecycle.checked_plan`: the episode
-    under action.noise is refused where it starts (StepContext), by the same check."""
+def test_tune_refuses_an_axis_the_benchmark_cannot_take_in_eval_s_words(tmp_path: Path) -> None:
+    """`rollbench tune` checks the benchmark as eval does (`lifecycle.check_benchmark`) before
+    its probe: one line, exit 2 (it was the probe process's failure, exit 1)."""
     res = run_subprocess("tune", "--env.type=gym", "--env.task=CartPole-v1", "--policy.type=random",
                          "--eval.perturb=action.noise=0.2", "--tune.budget_s=3", f"--tune.output={tmp_path / 'tune.json'}",
                          timeout=60)
-    assert res.rc != 0, res.err
+    assert res.rc == 2 and len(res.err.strip().splitlines()) == 1, res.err
     assert ("--eval.perturb: action.noise adds Gaussian noise to continuous actions; the actions of --env.type=gym are "
             "Discrete(2)") in res.err, res.err
     assert not (tmp_path / "tune.json").exists()

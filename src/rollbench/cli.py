@@ -406,12 +406,13 @@ def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
 
 
 def cmd_tune(flags: dict[str, str]) -> int:
-    from rollbench import tune  # lazy: `rollbench tune` only (--help, list stay fast)
+    from rollbench import lifecycle, tune  # lazy: `rollbench tune` only (--help, list stay fast)
 
     cfg = config_from_flags(flags)
     if cfg.workers == "auto":
         raise ConfigError("--workers=auto is for rollbench eval; rollbench tune measures and recommends workers itself")
     path = writable.output_file("--tune.output", str(tune.default_tune_path(cfg)), parents=True)  # before a download and the probe
+    lifecycle.check_benchmark(cfg)  # as eval checks it: one line here, not a failed probe process
     cfg = resolved(cfg)
     probe = tune.measure(cfg)
     rec = tune.recommend(probe)

@@ -78,12 +78,19 @@ class RunOutcome:
 
 def checked_plan(cfg: RunConfig) -> list[EpisodeUnit]:
     """The run's plan, once its benchmark is installed and its tasks exist (no side effects)."""
-    cfg.env.check_available()
-    check_user_backend(cfg.env, cfg.eval.max_episodes_rendered)  # before validate_tasks: listing the tasks can import MuJoCo
-    cfg.env.validate_tasks()
+    check_benchmark(cfg)
     check_outputs(cfg)
     if cfg.eval.versus is not None:
         precheck(cfg)
+    return plan_for(cfg)
+
+
+def check_benchmark(cfg: RunConfig) -> None:
+    """What the benchmark must have for this run, before anything runs in it (eval, and
+    `rollbench tune`'s probe): installed, a MUJOCO_GL that renders, the tasks, the sweep's axes."""
+    cfg.env.check_available()
+    check_user_backend(cfg.env, cfg.eval.max_episodes_rendered)  # before validate_tasks: listing the tasks can import MuJoCo
+    cfg.env.validate_tasks()
     if cfg.eval.perturb:  # an axis the benchmark has nothing for: refused before any episode
         ctx = StepContext(cfg.env, cfg.policy, paraphrases=cfg.eval.paraphrases)
         perturb.check_benchmark(perturb.parse(cfg.eval.perturb), cfg.env.features, cfg.env.type_name, ctx.action_space,
@@ -91,7 +98,6 @@ def checked_plan(cfg: RunConfig) -> list[EpisodeUnit]:
         for cid in (c for c in cfg.eval.conditions if perturb.condition(c).get("language.paraphrase")):
             for task in (t for names in cfg.env.tasks().values() for t in names):
                 ctx.instruction(cid, task)  # a task without its paraphrase k: refused here
-    return plan_for(cfg)
 
 
 def check_outputs(cfg: RunConfig) -> None:
