@@ -474,3 +474,20 @@ def test_tune_help_documents_its_flags(cli):
     for name in _init_fields(TuneConfig):
         assert f"--tune.{name}  (" in res.out, name
     assert "measured or estimated" in res.out
+
+
+def test_a_policy_types_options_are_checked_and_spelled_once_as_their_type_spells_them(cli, tmp_path):
+    """`--policy.chunk_size=03` is the run `=3` is (the options are part of a run's identity:
+    a resume with the other spelling is the same run), and a value of the wrong type is one
+    line naming the flag before anything runs."""
+    from rollbench.cli import config_from_flags
+
+    cfg = config_from_flags({"env.type": "fake", "policy.type": "expert", "policy.chunk_size": "03",
+                             "policy.action_noise": "0.50"})
+    assert cfg.policy.options == {"chunk_size": "3", "action_noise": "0.5"}
+    base = ("eval", "--env.type=fake", "--policy.type=expert", "--eval.n_episodes=2", f"--output_dir={tmp_path}")
+    assert cli(*base, "--policy.chunk_size=03").rc == 0
+    res = cli(*base, "--policy.chunk_size=3")
+    assert res.rc == 0 and "0 episodes run" in res.out + res.err, res.out + res.err  # resumed: nothing left to run
+    bad = cli(*base, "--policy.chunk_size=three")
+    assert bad.rc == 2 and "--policy.chunk_size" in bad.err and len(bad.err.strip().splitlines()) == 1, bad.err

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from rollbench.config.codec import to_flags
 from rollbench.config.env import BENCHMARKS, BenchmarkConfig
 from rollbench.config.fields import build
 from rollbench.config.policy import PolicyConfig
@@ -86,4 +87,9 @@ def policy_from_flags(policy_flags: dict[str, str]) -> PolicyConfig:
                     its = f" Known: {', '.join('--policy.' + n for n in takes)}." if takes else ""
                     raise ConfigError(f"unknown flag --policy.{key} for --policy.type={ptype}.{hint}{its} "
                                       f"See `rollbench eval --help`.")
+        if own is not None and options:
+            # each value checked now and spelled as its type spells it, so that `--policy.chunk_size=03`
+            # is the run `=3` is (a run's identity compares the options), and a bad value is refused here
+            typed = to_flags(dataclasses.asdict(build(own, options, "policy.")))
+            options = {key: typed.get(key, value) for key, value in options.items()}
     return build(PolicyConfig, base, "policy.", options=options)
