@@ -32,6 +32,8 @@ class EpisodeStart:
 
     task_group: str
     task: str
+    #: the task in words, never empty; `act`'s batch["task"] is lerobot-eval's prompt instead,
+    #: "" where the env gives none (PushT, ALOHA): docs/adding_a_policy.md
     description: str
     episode_index: int
     seed: int
