@@ -75,6 +75,17 @@ def test_ray_results_do_not_depend_on_actors_slots_or_batches(cli, cluster, tmp_
     assert per_episode(tmp_path) == local_fake
 
 
+def test_the_policy_in_the_driver_with_env_only_actors_equals_local(cli, cluster, tmp_path: Path, local_fake: dict) -> None:
+    """--policy.placement=driver: one policy in this process (a GPU box's), the actors only
+    step envs and send their observations back pickled with each step's reply."""
+    res = cli(*FAKE, "--executor=ray", "--policy.placement=driver", "--ray.slots_per_actor=2", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    assert per_episode(tmp_path) == local_fake
+    info = load_info(tmp_path)
+    assert info["scheduling"]["placement"] == "driver" and info["scheduling"]["workers"] == 2
+    assert info["policy_calls"]["rows"] > info["policy_calls"]["calls"]  # the driver's calls batch the actors' slots
+
+
 @pytest.mark.metaworld
 def test_ray_equals_local_on_metaworld(cli, cluster, tmp_path: Path) -> None:
     base = ("eval", "--env.type=metaworld", "--env.task=reach-v3,push-v3", "--policy.type=expert", "--eval.n_episodes=3")
@@ -267,6 +278,10 @@ def test_ray_equals_local_on_metaworld_pixels(cli, cluster, tmp_path: Path) -> N
     res = cli(*base, "--executor=ray", f"--output_dir={tmp_path / 'ray'}")
     assert res.rc == 0, res.err
     assert per_episode(tmp_path / "local") == per_episode(tmp_path / "ray")
+    # the camera frames travel back to a policy in the driver, pickled with each step's reply
+    res = cli(*base, "--executor=ray", "--policy.placement=driver", f"--output_dir={tmp_path / 'driver'}")
+    assert res.rc == 0, res.err
+    assert per_episode(tmp_path / "local") == per_episode(tmp_path / "driver")
 
 
 def test_default_actors_fit_node_by_node() -> None:

@@ -255,7 +255,7 @@ class RayLink:
 class RayTransport:
     """The pool's workers as Ray actors (`RolloutActor`)."""
 
-    shared_memory = False  # observations come pickled (a driver-placed policy is not built on Ray yet)
+    shared_memory = False  # observations come pickled (driver placement: in the actors' replies)
 
     def __init__(self, ray: Any, cpus: float, gpus: float, upload: str, output_dir: str) -> None:
         self.ray = ray
@@ -333,7 +333,7 @@ class RayExecutor(Executor):
         self.cfg: RunConfig | None = None
         self.ray: Any = None
         self.ctx: StepContext | None = None
-        self.policy: Policy | None = None  # built in setup, for its traits; each actor builds its own
+        self.policy: Policy | None = None  # built in setup: its traits; worker placement: each actor builds its own
         self.cluster: _Cluster | None = None
         self.schedule: Schedule | None = None
         self.transport: RayTransport | None = None
@@ -368,10 +368,9 @@ class RayExecutor(Executor):
         res = ray.cluster_resources()
         rc = cfg.ray
         actors = rc.actors or max(1, fitting_actors(_node_resources(ray), rc.cpus_per_actor, rc.gpus_per_actor))
-        try:
-            self.schedule = decide(cfg, self.policy, len(run.todo), cluster=Cluster(actors, rc.cpus_per_actor))
-        finally:
-            self.policy.close()
+        self.schedule = decide(cfg, self.policy, len(run.todo), cluster=Cluster(actors, rc.cpus_per_actor))
+        if self.schedule.placement == "worker":
+            self.policy.close()  # every actor builds its own
             self.policy = None
         self.cluster = _Cluster(cfg.ray.address or "local", started, self.schedule.workers, rc.cpus_per_actor,
                                 rc.gpus_per_actor, float(res.get("CPU", 1)), float(res.get("GPU", 0)))
@@ -385,7 +384,7 @@ class RayExecutor(Executor):
         self.ctx.counts.calls = self.ctx.counts.rows = 0
         self.transport = RayTransport(self.ray, rc.cpus_per_actor, rc.gpus_per_actor, rc.upload_videos, cfg.output_dir)
         opts = self.schedule.pool_options(cfg)
-        self.scheduler = ContinuousScheduler(self.ctx, run.todo, opts, None, run.stops, transport=self.transport)
+        self.scheduler = ContinuousScheduler(self.ctx, run.todo, opts, self.policy, run.stops, transport=self.transport)
         return self.scheduler.run()
 
     def facts(self) -> ExecutionFacts:

@@ -237,11 +237,19 @@ def check_cluster_mode(cfg: RunConfig, mode: str) -> None:
 
 
 def _on_cluster(cfg: RunConfig, policy: Any, n_units: int, mode: str, gl_backend: str, cluster: Cluster) -> Schedule:
-    """Ray actors as the workers: each runs its own policy beside its slots (1 slot for a
-    cheap CPU policy, else enough rows per call to batch), one thread per reserved CPU."""
+    """Ray actors as the workers. Each runs its own policy beside its slots (1 slot for a
+    cheap CPU policy, else enough rows per call to batch), one thread per reserved CPU; or,
+    with --policy.placement=driver, only envs, for the one policy in this process (a GPU
+    here, envs on CPU nodes), whose observations come pickled."""
     check_cluster_mode(cfg, mode)
-    cheap = decide_placement(cfg, policy) == "worker"
-    slots = cfg.ray.slots_per_actor or (1 if cheap else default_slots(cfg.env.step_cost_ms, "driver", 1))
+    if cfg.policy.placement == "driver":
+        slots = cfg.ray.slots_per_actor or default_slots(cfg.env.step_cost_ms, "driver", cluster.actors)
+        placement = "driver"
+    else:
+        cheap = decide_placement(cfg, policy) == "worker"
+        slots = cfg.ray.slots_per_actor or (1 if cheap else default_slots(cfg.env.step_cost_ms, "driver", 1))
+        placement = "worker"
     workers = max(1, min(cluster.actors, math.ceil(max(1, n_units) / slots)))
-    return Schedule("continuous", "worker", workers, slots, None, None, False, gl_backend,
-                    worker_threads=max(1, int(cluster.cpus_per_actor)), queue_per_slot=cfg.ray.queue_per_slot)
+    return Schedule("continuous", placement, workers, slots, None, cfg.policy.max_batch_size if placement == "driver" else None,
+                    False, gl_backend, worker_threads=max(1, int(cluster.cpus_per_actor)),
+                    queue_per_slot=cfg.ray.queue_per_slot)
