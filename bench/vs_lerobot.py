@@ -30,13 +30,14 @@ Workloads:
 `--tasks N` runs MT10's first N tasks only. `--save-checkpoint DIR` builds the policy into DIR
 and exits (bench/gpu.sh builds each policy once, then passes `--checkpoint DIR` to every run).
 
-Modes (`--modes`, comma separated, run in that order within each repeat): `continuous` and
-`lockstep` are `rollbench eval --eval.mode=...` at rollbench's defaults otherwise (lockstep's
+Modes (`--modes`, comma separated; a repeat runs them in that order, the next one in reverse,
+so that no run always goes first): `continuous` and `lockstep` are `rollbench eval
+--eval.mode=...` at rollbench's defaults otherwise (lockstep's
 batch is min(50, episodes per task), not lerobot-eval's `--batch-size`; `--workers` sets
 `--workers` for both); `lerobot-eval` is LeRobot's own. Sampling policies run with rollbench's
 default `--policy.seeding=episode` (each episode's noise from its own seed).
 
-`--variant NAME="FLAGS"` (repeatable) adds, right after each rollbench mode, a run of that
+`--variant NAME="FLAGS"` (repeatable) adds, next to each rollbench mode, a run of that
 mode with FLAGS added to `--rollbench-args`, shown as `MODE[NAME]` (e.g. `--variant
 slots8=--slots_per_worker=8`): settings compared side by side in the same repeats, with
 `x base` the median over repeats of the mode's wall over the variant's.
@@ -316,10 +317,12 @@ def commands(args: argparse.Namespace, ckpt: Path, out: Path) -> dict[str, list[
     return cmds
 
 
-def run_repeat(args: argparse.Namespace, ckpt: Path, out: Path, env: dict[str, str]) -> dict[str, Run]:
+def run_repeat(args: argparse.Namespace, ckpt: Path, out: Path, env: dict[str, str], reverse: bool) -> dict[str, Run]:
+    """Every run of one repeat, in `labels` order or (`reverse`) the other way round."""
     out.mkdir(parents=True)
     runs = {}
-    for label, cmd in commands(args, ckpt, out).items():
+    cmds = list(commands(args, ckpt, out).items())
+    for label, cmd in reversed(cmds) if reverse else cmds:
         wall, cpu, rows = run(cmd, env, out / f"{label}.rows")
         steps = None
         if (mode := base_mode(label)) != "lerobot-eval":
@@ -467,7 +470,7 @@ def main() -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH")) if p)}
         repeats = []
         for r in range(args.repeats):
-            repeats.append(run_repeat(args, ckpt, root / f"r{r}", env))
+            repeats.append(run_repeat(args, ckpt, root / f"r{r}", env, reverse=r % 2 == 1))
             print(f"repeat {r}: " + ", ".join(f"{m} {run.wall:.1f} s" for m, run in repeats[-1].items()), file=sys.stderr)
         summary = summarize(args, ckpt, repeats)
     print_table(summary)
