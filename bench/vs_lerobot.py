@@ -84,6 +84,10 @@ Batch size for a policy-bound run (issue 36, item 7), LeRobot 0.6.1 (`.venv312`)
 Doubling the rows per call changes nothing measurable here: ACT calls its network once per
 chunk of 10 steps, and the missing ~22% of the cores is start-up (imports and the model load,
 ~7 s on one core) before the workers run, not small batches.
+Diffusion (same item, `--variant slots8=--slots_per_worker=8`, 2 cores shared with other tests,
+load 3-8): default over 8 slots 1.03x wall (median of 14 pairs, 0.74-1.48x), 4% fewer CPU s at 8
+rows; 2 slots 1.3-1.4x slower. Not beyond the noise: the default stays (docs/architecture.md,
+"Scheduling").
 A cProfile of continuous's driver (2 workers x 4 slots, 4 rows per call: one worker's slots,
 the two workers alternate) spent 22 s in the policy (16.5 s resnet18 encoding both history
 frames again every chunk, as LeRobot does; 3.8 s U-Net), 16 s waiting for the workers (11-12
