@@ -3,7 +3,7 @@
     .venv/bin/python bench/vs_lerobot.py [--workload pusht|mt10] [--policy act|diffusion|smolvla]
         [--modes continuous,lockstep,lerobot-eval] [--episodes N] [--batch-size B] [--repeats 3]
         [--episode-length L] [--device cpu|cuda] [--workers W] [--checkpoint DIR]
-        [--rollbench-args "..."] [--lerobot-eval-args "..."] [--json PATH]
+        [--rollbench-args "..."] [--variant NAME="..."]... [--lerobot-eval-args "..."] [--json PATH]
         [--tasks N] [--no-videos] [--lerobot-eval-without-datasets] [--save-checkpoint DIR]
 
 Policies (random init, built offline by tests/lerobot_helpers.py and tests/vla_helpers.py, or
@@ -30,11 +30,17 @@ Workloads:
 `--tasks N` runs MT10's first N tasks only. `--save-checkpoint DIR` builds the policy into DIR
 and exits (bench/gpu.sh builds each policy once, then passes `--checkpoint DIR` to every run).
 
-Modes (`--modes`, comma separated, run in that order within each repeat): `continuous` and
-`lockstep` are `rollbench eval --eval.mode=...` at rollbench's defaults otherwise (lockstep's
+Modes (`--modes`, comma separated; a repeat runs them in that order, the next one in reverse,
+so that no run always goes first): `continuous` and `lockstep` are `rollbench eval
+--eval.mode=...` at rollbench's defaults otherwise (lockstep's
 batch is min(50, episodes per task), not lerobot-eval's `--batch-size`; `--workers` sets
 `--workers` for both); `lerobot-eval` is LeRobot's own. Sampling policies run with rollbench's
 default `--policy.seeding=episode` (each episode's noise from its own seed).
+
+`--variant NAME="FLAGS"` (repeatable) adds, next to each rollbench mode, a run of that
+mode with FLAGS added to `--rollbench-args`, shown as `MODE[NAME]` (e.g. `--variant
+slots8=--slots_per_worker=8`): settings compared side by side in the same repeats, with
+`x base` the median over repeats of the mode's wall over the variant's.
 
 Each repeat runs every mode once, as subprocesses, one after the other, and the ratios are
 taken within the repeat (other work on the machine loads all of a repeat's runs alike); the
@@ -78,6 +84,10 @@ Batch size for a policy-bound run (issue 36, item 7), LeRobot 0.6.1 (`.venv312`)
 Doubling the rows per call changes nothing measurable here: ACT calls its network once per
 chunk of 10 steps, and the missing ~22% of the cores is start-up (imports and the model load,
 ~7 s on one core) before the workers run, not small batches.
+Diffusion (same item, `--variant slots8=--slots_per_worker=8`, 2 cores shared with other tests,
+load 3-8): default over 8 slots 1.03x wall (median of 14 pairs, 0.74-1.48x), 4% fewer CPU s at 8
+rows; 2 slots 1.3-1.4x slower. Not beyond the noise: the default stays (docs/architecture.md,
+"Scheduling").
 A cProfile of continuous's driver (2 workers x 4 slots, 4 rows per call: one worker's slots,
 the two workers alternate) spent 22 s in the policy (16.5 s resnet18 encoding both history
 frames again every chunk, as LeRobot does; 3.8 s U-Net), 16 s waiting for the workers (11-12
@@ -258,8 +268,23 @@ def make_checkpoint(policy: str, workload: str, out: Path) -> Path:
     return make_checkpoint(out, bench, policy_type=policy, **scale)
 
 
+def base_mode(label: str) -> str:
+    """The mode a run label names: `continuous[slots8]` -> `continuous`."""
+    return label.split("[", 1)[0]
+
+
+def labels(args: argparse.Namespace) -> dict[str, str]:
+    """Every run of a repeat, in run order (each rollbench mode followed by its variants): label -> its variant's flags."""
+    out = {}
+    for mode in args.modes:
+        out[mode] = ""
+        if mode != "lerobot-eval":
+            out.update({f"{mode}[{name}]": flags for name, flags in args.variants.items()})
+    return out
+
+
 def commands(args: argparse.Namespace, ckpt: Path, out: Path) -> dict[str, list[str]]:
-    """mode -> its command line for one repeat, writing into out/<mode>."""
+    """run label -> its command line for one repeat, writing into out/<label>."""
     shared = [f"--seed={args.seed}", f"--eval.n_episodes={args.episodes}", f"--policy.device={args.device}"]
     # sync envs, as 0.4.4's default: lerobot-eval 0.6 defaults to async ones, which crash by themselves on PushT
     le_flags = [f"--policy.path={ckpt}", *shared, f"--eval.batch_size={args.batch_size}", "--eval.use_async_envs=false",
@@ -286,28 +311,31 @@ def commands(args: argparse.Namespace, ckpt: Path, out: Path) -> dict[str, list[
             "--env.type=metaworld", tasks, "--env.obs_type=pixels_agent_pos", "--env.observation_width=480",
             "--env.observation_height=480", f"--env.episode_length={args.episode_length}",
         ]
-    cmds = {"lerobot-eval": le}
-    for mode in ("continuous", "lockstep"):
-        cmds[mode] = [
+    cmds = {}
+    for label, flags in labels(args).items():
+        mode = base_mode(label)
+        cmds[label] = le if mode == "lerobot-eval" else [
             script("rollbench"), "eval", "--policy.type=lerobot", f"--policy.path={ckpt}", *shared, *films, *workers, *env,
-            f"--eval.mode={mode}", f"--output_dir={out / mode}", *args.rollbench_args.split(),
+            f"--eval.mode={mode}", f"--output_dir={out / label}", *args.rollbench_args.split(), *flags.split(),
         ]
-    return {mode: cmds[mode] for mode in args.modes}
+    return cmds
 
 
-def run_repeat(args: argparse.Namespace, ckpt: Path, out: Path, env: dict[str, str]) -> dict[str, Run]:
+def run_repeat(args: argparse.Namespace, ckpt: Path, out: Path, env: dict[str, str], reverse: bool) -> dict[str, Run]:
+    """Every run of one repeat, in `labels` order or (`reverse`) the other way round."""
     out.mkdir(parents=True)
     runs = {}
-    for mode, cmd in commands(args, ckpt, out).items():
-        wall, cpu, rows = run(cmd, env, out / f"{mode}.rows")
+    cmds = list(commands(args, ckpt, out).items())
+    for label, cmd in reversed(cmds) if reverse else cmds:
+        wall, cpu, rows = run(cmd, env, out / f"{label}.rows")
         steps = None
-        if mode != "lerobot-eval":
-            info = json.loads((out / mode / "eval_info.json").read_text())
+        if (mode := base_mode(label)) != "lerobot-eval":
+            info = json.loads((out / label / "eval_info.json").read_text())
             if info["mode"] != mode:
                 raise SystemExit(f"rollbench ran {info['mode']} mode when asked for {mode}")
             steps = sum(sum(t["metrics"]["n_steps"]) for t in info["per_task"])
-        runs[mode] = Run(wall, cpu, rows, steps)
-        print(f"  {mode}: {wall:.1f} s wall, {cpu:.1f} s CPU", file=sys.stderr)  # kept if a later run fails
+        runs[label] = Run(wall, cpu, rows, steps)
+        print(f"  {label}: {wall:.1f} s wall, {cpu:.1f} s CPU", file=sys.stderr)  # kept if a later run fails
     return runs
 
 
@@ -318,17 +346,20 @@ def summarize(args: argparse.Namespace, ckpt: Path, repeats: list[dict[str, Run]
     out: dict[str, Any] = {
         "workload": args.workload, "policy": args.policy, "checkpoint": str(ckpt), "device": args.device,
         "workers": args.workers, "tasks": n_tasks, "episodes": args.episodes, "episode_length": args.episode_length,
-        "videos": not args.no_videos,
+        "videos": not args.no_videos, "variants": args.variants,
         "lerobot_eval_datasets": "stand-in" if args.lerobot_eval_without_datasets and not _datasets_installed() else "real",
         "repeats": len(repeats), "env_steps": max(counted) if counted else n_tasks * args.episodes * args.episode_length,
         "env_steps_counted": sorted(counted), "modes": {},
     }
-    for mode in args.modes:
+    for mode in labels(args):
         runs = [rep[mode] for rep in repeats]
         wall = statistics.median(r.wall for r in runs)
         ratio = None
         if "lerobot-eval" in args.modes and mode != "lerobot-eval":
             ratio = statistics.median(rep["lerobot-eval"].wall / rep[mode].wall for rep in repeats)
+        over_base = None
+        if base_mode(mode) != mode:
+            over_base = statistics.median(rep[base_mode(mode)].wall / rep[mode].wall for rep in repeats)
         out["modes"][mode] = {
             "wall_s": wall, "walls_s": [r.wall for r in runs], "cpu_s": statistics.median(r.cpu for r in runs),
             "env_steps_per_s": out["env_steps"] / wall,
@@ -338,6 +369,7 @@ def summarize(args: argparse.Namespace, ckpt: Path, repeats: list[dict[str, Run]
             "rows_per_call": _median([r.mean_rows("select_action" if mode == "lerobot-eval" else "act") for r in runs]),
             "rows_per_net_call": _median([r.mean_rows("net") for r in runs]),
             "x_lerobot_eval": ratio,
+            "x_base": over_base,
         }
     if "continuous" in args.modes and "lockstep" in args.modes:
         out["lockstep_over_continuous"] = statistics.median(rep["lockstep"].wall / rep["continuous"].wall for rep in repeats)
@@ -351,13 +383,15 @@ def print_table(s: dict[str, Any]) -> None:
           f"{s['device']}, median of {s['repeats']}")
     if len(s["env_steps_counted"]) > 1:
         print(f"note: rollbench modes counted different env steps: {s['env_steps_counted']}")
-    print(f"{'mode':13s} {'wall s':>7s} {'CPU s':>7s} {'cores %':>7s} {'env-steps/s':>11s} {'rows/call':>9s} {'rows/net':>8s} "
-          f"{'x lerobot-eval':>14s}   runs (wall s)")
+    width = max(13, *map(len, s["modes"]))
+    print(f"{'mode':{width}s} {'wall s':>7s} {'CPU s':>7s} {'cores %':>7s} {'env-steps/s':>11s} {'rows/call':>9s} {'rows/net':>8s} "
+          f"{'x lerobot-eval':>14s} {'x base':>6s}   runs (wall s)")
     for mode, m in s["modes"].items():
         ratio = "-" if m["x_lerobot_eval"] is None else f"{m['x_lerobot_eval']:.2f}x"
-        print(f"{mode:13s} {m['wall_s']:7.1f} {m['cpu_s']:7.1f} {100 * m['utilisation']:7.0f} {m['env_steps_per_s']:11.1f} "
+        over_base = "-" if m["x_base"] is None else f"{m['x_base']:.2f}x"
+        print(f"{mode:{width}s} {m['wall_s']:7.1f} {m['cpu_s']:7.1f} {100 * m['utilisation']:7.0f} {m['env_steps_per_s']:11.1f} "
               f"{_num(m['rows_per_call']):>9s} "
-              f"{_num(m['rows_per_net_call']):>8s} {ratio:>14s}   {', '.join(f'{w:.1f}' for w in m['walls_s'])}")
+              f"{_num(m['rows_per_net_call']):>8s} {ratio:>14s} {over_base:>6s}   {', '.join(f'{w:.1f}' for w in m['walls_s'])}")
     if "lockstep_over_continuous" in s:
         print(f"continuous vs lockstep (lockstep wall / continuous wall): {s['lockstep_over_continuous']:.2f}x")
 
@@ -392,6 +426,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=None, help="rollbench --workers (default: rollbench's choice)")
     ap.add_argument("--checkpoint", type=Path, default=None, help="a LeRobot checkpoint dir (default: a tiny random --policy)")
     ap.add_argument("--rollbench-args", default="", help="extra rollbench flags, space separated")
+    ap.add_argument("--variant", action="append", default=[], metavar='NAME="FLAGS"',
+                    help="also run each rollbench mode with these extra flags, as MODE[NAME] (repeatable)")
     ap.add_argument("--lerobot-eval-args", default="", help="extra lerobot-eval flags, space separated")
     ap.add_argument("--json", type=Path, default=None, help="also write the results (medians, ratios, every run) here")
     ap.add_argument("--tasks", type=int, default=10, help="mt10: run its first N tasks (default 10)")
@@ -404,6 +440,12 @@ def main() -> None:
     unknown = sorted(set(args.modes) - set(MODES))
     if unknown or not args.modes:
         ap.error(f"--modes: unknown {unknown or 'none given'}; known: {', '.join(MODES)}")
+    args.variants = {}
+    for variant in args.variant:
+        name, _, flags = variant.partition("=")
+        if not name or not flags or not name.replace("-", "").replace("_", "").isalnum() or name in args.variants:
+            ap.error(f"--variant: {variant!r} is not NAME=FLAGS with a new NAME of letters, digits, - or _")
+        args.variants[name] = flags
     episodes, batch_size, length = WORKLOADS[args.workload]
     args.episodes = args.episodes or episodes
     args.batch_size = args.batch_size or batch_size
@@ -432,7 +474,7 @@ def main() -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH")) if p)}
         repeats = []
         for r in range(args.repeats):
-            repeats.append(run_repeat(args, ckpt, root / f"r{r}", env))
+            repeats.append(run_repeat(args, ckpt, root / f"r{r}", env, reverse=r % 2 == 1))
             print(f"repeat {r}: " + ", ".join(f"{m} {run.wall:.1f} s" for m, run in repeats[-1].items()), file=sys.stderr)
         summary = summarize(args, ckpt, repeats)
     print_table(summary)
