@@ -138,13 +138,16 @@ def test_an_actor_whose_env_hangs_is_killed_and_costs_only_that_episode(cli, clu
     assert "step_timeout_s" in cause and "hang" in cause
 
 
-def test_videos_sent_back_to_the_driver_are_where_the_report_expects_them(cli, cluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("placement", ["auto", "driver"])
+def test_videos_sent_back_to_the_driver_are_where_the_report_expects_them(cli, cluster, tmp_path: Path,
+                                                                         placement: str) -> None:
     """--ray.upload_videos=true (auto does it for actors on another host): each video comes
-    back with its call's records and the driver writes it under --output_dir."""
+    back with the report of its episode's end and the driver writes it under --output_dir,
+    whether the policy runs in the actors or in the driver."""
     import av
 
     res = cli(*FAKE, "--executor=ray", "--eval.max_episodes_rendered=2", "--ray.upload_videos=true",
-              f"--output_dir={tmp_path}")
+              f"--policy.placement={placement}", f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     info = load_info(tmp_path)
     videos = info["overall"]["video_paths"]

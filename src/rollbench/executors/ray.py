@@ -90,7 +90,7 @@ class _Channel:
         return self.inbox.get()
 
     def send(self, msg: tuple[Any, ...]) -> None:
-        if msg[0] == "report" and self.actor.upload:
+        if msg[0] in ("report", "stepped") and self.actor.upload:  # worker and driver placement
             msg = (*msg, self.actor.videos(msg[1]))
         self.outbox.put(msg)
 
@@ -303,7 +303,7 @@ class RayTransport:
             link.slot_inside = int(inside)
             link.pull()
             for msg in msgs:
-                if msg[0] == "report" and len(msg) == 3:
+                if msg[0] in ("report", "stepped") and len(msg) == 3:
                     for relpath, data in msg[2]:  # from an actor on another host: written here, then logged
                         _write_video(self.output_dir, relpath, data)
                         self.counts["videos_uploaded"] += 1
