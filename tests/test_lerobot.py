@@ -40,6 +40,22 @@ def act_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "act", PushTConfig())
 
 
+@pytest.fixture(scope="module")
+def diffusion_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sampling policy (diffusion draws noise from torch's global RNG), built once for the module."""
+    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "diffusion", PushTConfig(), policy_type="diffusion")
+
+
+@pytest.fixture(scope="module")
+def diffusion_default_run(diffusion_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Its run in lockstep at batch 2 with the default seeding, which two tests compare against."""
+    out = tmp_path_factory.mktemp("diffusion") / "default"
+    res = run_subprocess(*rollbench_args(diffusion_ckpt, out, "--eval.mode=lockstep", "--eval.batch_size=2"))
+    assert res.rc == 0, res.err[-3000:]
+    assert load_info(out)["mode"] == "lockstep"
+    return out
+
+
 def rollbench_args(ckpt: Path, out: Path, *extra: str) -> list[str]:
     return [
         "eval", "--env.type=pusht", f"--env.episode_length={LENGTH}", "--policy.type=lerobot", f"--policy.path={ckpt}",
@@ -230,26 +246,24 @@ def test_temporal_ensembling_keeps_one_ensembler_per_slot(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-def test_a_sampling_policy_repeats_its_episodes(tmp_path: Path) -> None:
+def test_a_sampling_policy_repeats_its_episodes(diffusion_ckpt: Path, diffusion_default_run: Path, tmp_path: Path) -> None:
     """Diffusion draws noise from torch's global RNG; lockstep seeds it per batch from the
     batch's episode seeds, so the same command gives the same episodes (it did not before)."""
-    ckpt = make_checkpoint(tmp_path / "diffusion", PushTConfig(), policy_type="diffusion")
-    runs = []
-    for name in ("a", "b"):
-        res = run_subprocess(*rollbench_args(ckpt, tmp_path / name, "--eval.mode=lockstep", "--eval.batch_size=2"))
-        assert res.rc == 0, res.err[-3000:]
-        assert load_info(tmp_path / name)["mode"] == "lockstep"
-        runs.append(per_episode(tmp_path / name))
-    assert len(runs[0]) == EPISODES and runs[0] == runs[1]
+    res = run_subprocess(*rollbench_args(diffusion_ckpt, tmp_path / "again", "--eval.mode=lockstep", "--eval.batch_size=2"))
+    assert res.rc == 0, res.err[-3000:]
+    assert load_info(tmp_path / "again")["mode"] == "lockstep"
+    first = per_episode(diffusion_default_run)
+    assert len(first) == EPISODES and per_episode(tmp_path / "again") == first
 
 
 @pytest.mark.slow
-def test_lerobot_eval_seeding_gives_lerobot_eval_s_sampled_episodes(tmp_path: Path) -> None:
+def test_lerobot_eval_seeding_gives_lerobot_eval_s_sampled_episodes(diffusion_ckpt: Path, diffusion_default_run: Path,
+                                                                   tmp_path: Path) -> None:
     """--policy.seeding=lerobot-eval: torch's RNG seeded once from --seed before the checkpoint
     loads, then one stream over the batches, as lerobot-eval draws it: a sampling policy's
     episodes equal lerobot-eval's at the same batch size. The default (noise from each
     episode's seed) gives other draws, which shows the comparison can tell them apart."""
-    ckpt = make_checkpoint(tmp_path / "diffusion", PushTConfig(), policy_type="diffusion")
+    ckpt = diffusion_ckpt
     with ThreadPoolExecutor(1) as pool:  # the two tools at once: independent processes
         their_run = pool.submit(lerobot_eval, ckpt, tmp_path / "lerobot", batch_size=2)
         res = run_subprocess(*rollbench_args(ckpt, tmp_path / "seeded", "--policy.seeding=lerobot-eval",
@@ -259,9 +273,7 @@ def test_lerobot_eval_seeding_gives_lerobot_eval_s_sampled_episodes(tmp_path: Pa
     info = load_info(tmp_path / "seeded")
     assert info["mode"] == "lockstep" and info["config"]["policy"]["seeding"] == "lerobot-eval"
     assert_same_episodes(ours(tmp_path / "seeded"), theirs)
-    default = run_subprocess(*rollbench_args(ckpt, tmp_path / "default", "--eval.mode=lockstep", "--eval.batch_size=2"))
-    assert default.rc == 0, default.err[-3000:]
-    assert [r[1] for r in ours(tmp_path / "default")] != [r[1] for r in theirs]
+    assert [r[1] for r in ours(diffusion_default_run)] != [r[1] for r in theirs]
 
 
 def test_lerobot_eval_seeding_is_for_lerobot_checkpoints(cli, tmp_path: Path) -> None:

@@ -171,49 +171,53 @@ def test_metaworld_groups_map_to_task_groups_without_building_an_env(monkeypatch
     assert tasks["reach-v3"] == ["reach-v3"]
 
 
-@pytest.mark.slow
-@pytest.mark.metaworld
-def test_metaworld_through_the_bridge(tmp_path: Path) -> None:
-    """LeRobot's own MetaWorld env (pixels, its task descriptions), two task groups."""
+#: both metaworld tests' flags: two task groups, 2 episodes of at most 10 steps, in this process
+METAWORLD = ("--env.task=reach-v3,push-v3", "--env.episode_length=10", "--policy.type=random", "--eval.n_episodes=2",
+             f"--seed={SEED}", "--eval.mode=lockstep", "--eval.isolation=none", "--eval.report=false",
+             "--eval.max_episodes_rendered=0")
+
+
+@pytest.fixture(scope="module")
+def metaworld_bridge_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One run of LeRobot's own MetaWorld env through the bridge, which both metaworld tests read."""
     pytest.importorskip("metaworld")
     from rollbench.rendering import choose_backend
 
-    out = tmp_path / "mw"
-    res = run_subprocess("eval", "--env.type=lerobot", "--env.name=metaworld", "--env.task=reach-v3,push-v3",
-                         "--env.episode_length=4", "--policy.type=random", "--eval.n_episodes=1", "--eval.mode=lockstep",
-                         "--eval.isolation=none", "--eval.report=false", f"--output_dir={out}",
+    out = tmp_path_factory.mktemp("metaworld") / "b"
+    res = run_subprocess("eval", "--env.type=lerobot", "--env.name=metaworld", *METAWORLD, f"--output_dir={out}",
                          MUJOCO_GL=choose_backend("auto"))
     assert res.rc == 0, res.err[-3000:]
-    got = {(t["task_group"], t["task"]): (t["description"], t["metrics"]["n_steps"]) for t in load_info(out)["per_task"]}
-    assert got == {("reach-v3", "reach-v3"): ("Reach a goal position", [4]), ("push-v3", "push-v3"): ("Push the puck to a goal", [4])}
+    return out
 
 
 @pytest.mark.slow
 @pytest.mark.metaworld
-def test_metaworld_through_the_bridge_equals_native(tmp_path: Path) -> None:
+def test_metaworld_through_the_bridge(metaworld_bridge_run: Path) -> None:
+    """LeRobot's own MetaWorld env (pixels, its task descriptions), two task groups."""
+    got = {(t["task_group"], t["task"]): (t["description"], t["metrics"]["n_steps"])
+           for t in load_info(metaworld_bridge_run)["per_task"]}
+    assert got == {("reach-v3", "reach-v3"): ("Reach a goal position", [10, 10]),
+                   ("push-v3", "push-v3"): ("Push the puck to a goal", [10, 10])}
+
+
+@pytest.mark.slow
+@pytest.mark.metaworld
+def test_metaworld_through_the_bridge_equals_native(metaworld_bridge_run: Path, tmp_path: Path) -> None:
     """LeRobot's MetaWorld env with its goals seeded from each episode's seed (`SeededGoals`) ==
     rollbench's `--env.type=metaworld` at LeRobot's image settings (480x480 pixels_agent_pos),
     per episode: same seeds, same random actions, so equal rewards mean equal goals and physics."""
-    pytest.importorskip("metaworld")
     from rollbench.rendering import choose_backend
 
-    common = ("--env.task=reach-v3,push-v3", "--env.episode_length=10", "--policy.type=random", "--eval.n_episodes=2",
-              f"--seed={SEED}", "--eval.mode=lockstep", "--eval.isolation=none", "--eval.report=false",
-              "--eval.max_episodes_rendered=0")
-    gl = {"MUJOCO_GL": choose_backend("auto")}
-    bridge = run_subprocess("eval", "--env.type=lerobot", "--env.name=metaworld", *common,
-                            f"--output_dir={tmp_path / 'b'}", **gl)
-    assert bridge.rc == 0, bridge.err[-3000:]
     native = run_subprocess("eval", "--env.type=metaworld", "--env.obs_type=pixels_agent_pos",
-                            "--env.observation_width=480", "--env.observation_height=480", *common,
-                            f"--output_dir={tmp_path / 'n'}", **gl)
+                            "--env.observation_width=480", "--env.observation_height=480", *METAWORLD,
+                            f"--output_dir={tmp_path / 'n'}", MUJOCO_GL=choose_backend("auto"))
     assert native.rc == 0, native.err[-3000:]
 
     def by_task(out: Path) -> dict[tuple[str, int], Any]:
         tasks = {(t["task_group"], t["task_id"]): t["task"] for t in load_info(out)["per_task"]}
         return {(tasks[(g, i)], n): v for (g, i, n), v in per_episode(out).items()}
 
-    ours, theirs = by_task(tmp_path / "n"), by_task(tmp_path / "b")
+    ours, theirs = by_task(tmp_path / "n"), by_task(metaworld_bridge_run)
     assert len(ours) == 4 and ours == theirs
     assert len({v[1] for v in ours.values()}) == 4, "every episode its own goal and rewards"
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import load_info, per_episode, run_subprocess
+from conftest import CliResult, load_info, per_episode, run_subprocess
 
 pytest.importorskip("lerobot.datasets.lerobot_dataset")
 pytestmark = pytest.mark.lerobot
@@ -75,19 +75,28 @@ def check_against_log(out: Path, columns: dict[str, np.ndarray], kept: set[tuple
         assert columns["frame_index"][rows].tolist() == list(range(n_steps))
 
 
-def test_a_recorded_run_loads_as_a_lerobot_dataset(tmp_path: Path) -> None:
-    res = run_subprocess(*FAKE, "--workers=2", f"--output_dir={tmp_path}")
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CliResult]:
+    """A clean recorded run in 2 workers (its folder, its result): checked on its own, and the
+    dataset that a killed-and-resumed run and a re-recorded run must reproduce (one run, not three)."""
+    out = tmp_path_factory.mktemp("recorded") / "clean"
+    res = run_subprocess(*FAKE, "--workers=2", f"--output_dir={out}")
     assert res.rc == 0, res.err
+    return out, res
+
+
+def test_a_recorded_run_loads_as_a_lerobot_dataset(recorded: tuple[Path, CliResult]) -> None:
+    out, res = recorded
     # LeRobot's progress bars and warnings stay out of rollbench's output (`--debug` has them)
     for noise in ("Map:", "torchcodec", "RuntimeWarning", "Copy data", "Validate all", "%|"):
         assert noise not in res.err + res.out, (noise, res.err)
-    ds, columns = load(tmp_path)
+    ds, columns = load(out)
     assert ds.meta.total_episodes == 12
-    check_against_log(tmp_path, columns)
+    check_against_log(out, columns)
     assert {"observation.state", "observation.environment_state", "action"} <= set(ds.meta.features)
     # the actions are the ones the policy sent: the random policy's generator of each episode
-    episodes = per_episode(tmp_path)
-    for j, key in enumerate(plan_order(tmp_path)):
+    episodes = per_episode(out)
+    for j, key in enumerate(plan_order(out)):
         rows = columns["episode_index"] == j
         _, _, _, n_steps, seed = episodes[key]
         np.testing.assert_array_equal(columns["action"][rows], random_actions(seed, n_steps), err_msg=str(key))
@@ -98,8 +107,8 @@ def test_a_recorded_run_loads_as_a_lerobot_dataset(tmp_path: Path) -> None:
     assert min(lengths) == 1 and max(lengths) > 1, lengths
     tasks = {ds[int(np.flatnonzero(columns["episode_index"] == j)[0])]["task"] for j in range(12)}
     assert len(tasks) == 3  # each task's description, per frame
-    assert load_info(tmp_path)["dataset"]["episodes"] == 12
-    for path in (tmp_path / "episodes").glob("*.jsonl"):  # frames go to the dataset, never to the log
+    assert load_info(out)["dataset"]["episodes"] == 12
+    for path in (out / "episodes").glob("*.jsonl"):  # frames go to the dataset, never to the log
         for line in path.read_text().splitlines():
             assert "frames" not in json.loads(line)
 
@@ -138,17 +147,15 @@ def test_metaworld_expert_in_lockstep_batches(tmp_path: Path) -> None:
     check_against_log(tmp_path, columns)
 
 
-def test_a_killed_recorded_run_resumes_to_the_clean_runs_dataset(tmp_path: Path) -> None:
+def test_a_killed_recorded_run_resumes_to_the_clean_runs_dataset(recorded: tuple[Path, CliResult], tmp_path: Path) -> None:
     from test_resume import start_and_stop
 
-    args = (*FAKE, "--workers=1", "--env.step_sleep_s=0.01")
-    clean = run_subprocess(*args, f"--output_dir={tmp_path / 'clean'}")
-    assert clean.rc == 0, clean.err
+    args = (*FAKE, "--workers=1", "--env.step_sleep_s=0.01")  # slowed, so the kill lands mid-run
     rc, _, logged = start_and_stop(args, tmp_path / "killed", signal.SIGKILL, after_lines=4)
     assert rc == -signal.SIGKILL and 4 <= logged < 12
     res = run_subprocess(*args, f"--output_dir={tmp_path / 'killed'}")
     assert res.rc == 0, res.err
-    assert_same_dataset(tmp_path / "clean", tmp_path / "killed")
+    assert_same_dataset(recorded[0], tmp_path / "killed")
 
 
 def test_record_failures_keeps_exactly_the_failed_episodes(tmp_path: Path) -> None:
@@ -194,19 +201,17 @@ def test_a_finished_run_keeps_its_dataset_and_not_the_parts(tmp_path: Path) -> N
         np.testing.assert_array_equal(before[key], after[key], err_msg=key)
 
 
-def test_a_finished_run_that_keeps_more_episodes_records_them_again(tmp_path: Path) -> None:
+def test_a_finished_run_that_keeps_more_episodes_records_them_again(recorded: tuple[Path, CliResult], tmp_path: Path) -> None:
     """A finished run with `--eval.record=failures`, then the same run with `--eval.record=all`:
     the failures' parts were removed, so they run again for their frames (same seeds, same
     episodes), and the dataset is a clean `all` run's, column for column."""
-    clean = run_subprocess(*FAKE, f"--output_dir={tmp_path / 'clean'}")
-    assert clean.rc == 0, clean.err
     out = tmp_path / "run"
     first = run_subprocess(*FAKE, "--eval.record=failures", f"--output_dir={out}")
     assert first.rc == 0, first.err
     assert part_dirs(out) == []
     then = run_subprocess(*FAKE, "--eval.record=all", f"--output_dir={out}")
     assert then.rc == 0, then.err
-    assert_same_dataset(tmp_path / "clean", out)
+    assert_same_dataset(recorded[0], out)
     assert load_info(out)["dataset"]["record"] == "all"
 
 
