@@ -511,7 +511,7 @@ def check_benchmark(conditions: list[Condition], features: Mapping[str, Any], en
     """Refuse, before any episode, an axis the benchmark has nothing for (`native_axes`: the
     native ones its envs apply)."""
     for cond in conditions:
-        check_actions(cond, action_space, env_type)
+        action_bounds(cond, action_space, env_type)
         for name, _ in cond.levels:
             if AXES[name].native and name not in native_axes:
                 raise ConfigError(f"--eval.perturb: {name} is applied inside the simulator, which --env.type={env_type} "
@@ -525,13 +525,17 @@ def check_benchmark(conditions: list[Condition], features: Mapping[str, Any], en
                 )
 
 
-def check_actions(cond: Condition, action_space: Any, env_type: str) -> None:
-    """Refuse action.noise where the actions are not continuous (a Box's, with bounds to clip
-    to): before any episode (`check_benchmark`), and where a condition's episode starts on a
-    path that skips that check (`StepContext`, e.g. `rollbench tune`'s probe)."""
-    if cond.get("action.noise") and not (hasattr(action_space, "low") and hasattr(action_space, "high")):
+def action_bounds(cond: Condition, action_space: Any, env_type: str) -> tuple[Any, Any] | None:
+    """The (low, high) that `cond`'s noisy actions are clipped to; None for actions that are
+    not continuous (a Box's), where action.noise is refused: before any episode
+    (`check_benchmark`), and again where a condition's episode starts (`StepContext`, for a
+    caller that did not check)."""
+    if hasattr(action_space, "low") and hasattr(action_space, "high"):
+        return action_space.low, action_space.high
+    if cond.get("action.noise"):
         raise ConfigError(f"--eval.perturb: action.noise adds Gaussian noise to continuous actions; the actions "
                           f"of --env.type={env_type} are {action_space}")
+    return None
 
 
 #: what state.noise perturbs, where the benchmark gives it

@@ -192,11 +192,9 @@ class StepContext:
             raise PolicyError(f"policy {self.policy_name()} raised {type(err).__name__} in reset: {err}") from err
 
     def _perturber(self, start: EpisodeStart) -> Perturber:
-        space = self.action_space
-        box = hasattr(space, "low") and hasattr(space, "high")
         cond = perturb.condition(start.condition)
-        perturb.check_actions(cond, space, self.benchmark.type_name)
-        return Perturber(cond, start.seed, (space.low, space.high) if box else None, self.instruction(start.condition, start.task))
+        bounds = perturb.action_bounds(cond, self.action_space, self.benchmark.type_name)
+        return Perturber(cond, start.seed, bounds, self.instruction(start.condition, start.task))
 
     def policy_batch(self, obs: Any, pre: Any, features: dict[str, Any] | None = None) -> dict[str, Any]:
         """Observations (as the env returned them, batched) as a policy sees them: LeRobot
