@@ -259,7 +259,9 @@ class RayTransport:
 
     def __init__(self, ray: Any, cpus: float, gpus: float, upload: str, output_dir: str) -> None:
         self.ray = ray
-        self.cpus, self.gpus = cpus, gpus
+        # one actor class for the run (each `ray.remote` makes a new class for Ray to export)
+        self.actor_class = ray.remote(num_cpus=cpus, num_gpus=gpus, max_restarts=0,
+                                      concurrency_groups={"push": 1, "pull": 1})(RolloutActor)
         self.upload = upload
         self.output_dir = output_dir
         self.counts = {"actors_started": 0, "videos_uploaded": 0}
@@ -268,9 +270,7 @@ class RayTransport:
         pass
 
     def spawn(self, pool: WorkerPool, spec: WorkerSpec, old: Link | None) -> RayLink:
-        remote = self.ray.remote(num_cpus=self.cpus, num_gpus=self.gpus, max_restarts=0,
-                                 concurrency_groups={"push": 1, "pull": 1})(RolloutActor)
-        handle = remote.remote(spec, self.upload, socket.gethostname(), self.output_dir)
+        handle = self.actor_class.remote(spec, self.upload, socket.gethostname(), self.output_dir)
         self.counts["actors_started"] += 1
         link = RayLink(self, spec.index, handle)
         link.pull()

@@ -127,7 +127,8 @@ def decide_placement(cfg: RunConfig, policy: Any) -> str:
 @dataclass(frozen=True)
 class Cluster:
     """A Ray cluster as `decide` sees it (`--executor=ray`): the actors that fit on it, each
-    an env worker with its own policy (worker placement), `cpus_per_actor` cores apiece."""
+    an env worker (with its own policy, or the driver's under driver placement),
+    `cpus_per_actor` cores apiece."""
 
     actors: int
     cpus_per_actor: float
