@@ -10,7 +10,7 @@ PYTHON312 ?= $(shell .ci/find-python 3.12)
 VENV312   ?= .venv312
 BIN312    := $(VENV312)/bin
 
-.PHONY: demo test test-312 test-311 lint install install-dev clean
+.PHONY: demo test test-312 test-311 test-gl lint install install-dev clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -81,7 +81,8 @@ lint: $(VENV)/.installed-dev
 # What CI runs, on both supported LeRobot lines (docs/lerobot.md, "Two LeRobot lines"):
 # - Python 3.12 + LeRobot 0.6.x, where LeRobot's users are: the whole suite;
 # - Python 3.11 + LeRobot 0.4.4: the LeRobot-facing tests (marker `lerobot`: the adapter, the
-#   bridge, parity with lerobot-eval, recording, hub checkpoints, the VLAs).
+#   bridge, parity with lerobot-eval, recording, hub checkpoints, the VLAs);
+# - between them, test-gl: the rendering tests under the GL backend the 3.12 line did not use.
 # Each line runs in TEST_WORKERS pytest processes: most tests wait on the processes they start,
 # so two share a 2-core machine well. Each test module runs whole in one of them (--dist
 # loadscope): its module fixtures (checkpoints, tiny VLAs) are built once. TEST_WORKERS=0 runs
@@ -92,6 +93,7 @@ PYTEST_ARGS  ?=
 test: lint $(VENV312)/.installed-dev
 	@rc=0; \
 	$(MAKE) --no-print-directory test-312 || rc=1; \
+	$(MAKE) --no-print-directory test-gl || rc=1; \
 	$(MAKE) --no-print-directory test-311 || rc=1; \
 	exit $$rc
 
@@ -100,6 +102,21 @@ test-312: $(VENV312)/.installed-dev
 	@t0=$$(date +%s); rc=0; \
 	$(BIN312)/pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=30 $(PYTEST_ARGS) || rc=$$?; \
 	echo "== Python 3.12 line: $$(( $$(date +%s) - t0 )) s, exit $$rc"; exit $$rc
+
+# The rendering tests under the backend the suite did not use: where rollbench picks osmesa
+# (libOSMesa loads: CI installs libosmesa6), once more under MUJOCO_GL=egl; where it picks egl,
+# nothing (tests/test_backends.py runs each backend that loads in processes of its own anyway).
+GL_TESTS ?= tests/test_video_frames.py tests/test_aloha.py::test_transfer_cube_lockstep_equals_continuous \
+	tests/test_scheduler.py::test_pixels_stay_right_after_a_worker_closes_another_tasks_env \
+	tests/test_libero.py::test_frames_stay_right_after_another_env_in_the_process_closes \
+	tests/test_sweep_native.py::test_metaworld_native_levels_change_the_frame_and_are_undone_at_the_next_reset
+test-gl: $(VENV312)/.installed-dev
+	@gl=$$($(BIN312)/python -c 'from rollbench.rendering import choose_backend; print(choose_backend("auto"))'); \
+	if [ "$$gl" = egl ]; then echo "== rendering tests: the suite rendered with egl, no second pass (rollbench picks osmesa only where libOSMesa loads)"; exit 0; fi; \
+	echo "== Python 3.12, MUJOCO_GL=egl (the suite rendered with $$gl): the rendering tests"; \
+	t0=$$(date +%s); rc=0; \
+	MUJOCO_GL=egl PYOPENGL_PLATFORM=egl $(BIN312)/pytest -q -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS) $(GL_TESTS) || rc=$$?; \
+	echo "== MUJOCO_GL=egl pass: $$(( $$(date +%s) - t0 )) s, exit $$rc"; exit $$rc
 
 test-311: $(VENV)/.installed-dev
 	@echo "== Python 3.11, LeRobot $$($(BIN)/python -c 'import lerobot; print(lerobot.__version__)'): the LeRobot-facing tests"

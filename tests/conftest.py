@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -109,6 +110,17 @@ def run_subprocess(*args: str, timeout: float = 300, **env: str) -> CliResult:
 
 def load_info(output_dir: str | Path) -> dict[str, Any]:
     return json.loads((Path(output_dir) / "eval_info.json").read_text())
+
+
+def assert_same_per_episode(a: dict[Any, tuple[Any, ...]], b: dict[Any, tuple[Any, ...]]) -> None:
+    """Two `per_episode` results of one run made in two processes: success, steps and seed bit for
+    bit, rewards to 1e-12 (a simulator may differ by an ulp between processes: gym-pusht does)."""
+    assert a.keys() == b.keys()
+    for key in a:
+        (s1, sum1, max1, *rest1), (s2, sum2, max2, *rest2) = a[key], b[key]
+        assert (s1, rest1) == (s2, rest2), (key, a[key], b[key])
+        for x, y in ((sum1, sum2), (max1, max2)):
+            assert math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-12), (key, a[key], b[key])
 
 
 def per_episode(output_dir: str | Path) -> dict[tuple[str, int, int], tuple[Any, ...]]:

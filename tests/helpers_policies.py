@@ -215,3 +215,91 @@ class _ClosesToFile(_Const):
 
 def closes_to_file(ctx: Any) -> _Const:
     return _ClosesToFile(ctx, 0.0)
+
+
+class _Hangs(_Const):
+    """Acts like `zeros`, but never returns from the call (`act`, or `reset` with $HANG_IN=reset)
+    on the episode whose seed is $HANG_SEED: a deadlocked policy, a server that never answers.
+    $HANG_HOW=blocked also blocks every signal in the hung thread (C code that holds on)."""
+
+    def __init__(self, ctx: Any) -> None:
+        import os
+
+        super().__init__(ctx, 0.0)
+        self.seed = int(os.environ.get("HANG_SEED", "-1"))
+        self.where = os.environ.get("HANG_IN", "act")
+        self.how = os.environ.get("HANG_HOW", "sleep")
+        self.seeds: dict[int, int] = {}
+
+    def _hang(self) -> None:
+        import signal
+        import sys
+        import time
+
+        print(f"hanging policy: hangs in {self.where} on seed {self.seed}", file=sys.stderr, flush=True)
+        if self.how == "blocked":
+            signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.Signals) - {signal.SIGKILL, signal.SIGSTOP})
+        while True:
+            time.sleep(3600)
+
+    def reset(self, slots: Sequence[int], episodes: Sequence[Any]) -> None:
+        for slot, episode in zip(slots, episodes, strict=True):
+            self.seeds[slot] = episode.seed
+        if self.where == "reset" and any(e.seed == self.seed for e in episodes):
+            self._hang()
+
+    def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
+        if self.where == "act" and any(self.seeds.get(s) == self.seed for s in slots):
+            self._hang()
+        return super().act(batch, slots)
+
+
+def hangs(ctx: Any) -> _Const:
+    """A policy that hangs on one episode ($HANG_SEED); see `_Hangs`."""
+    return _Hangs(ctx)
+
+
+class _KillsAWorker(_Const):
+    """Acts like `zeros`; at its $KILL_AT_CALL-th act call (default 3) it SIGKILLs one env
+    worker of this run (a grandchild of this process, through the forkserver), which is
+    waiting for its next step then: killed from outside, between env calls."""
+
+    def __init__(self, ctx: Any) -> None:
+        import os
+
+        super().__init__(ctx, 0.0)
+        self.at = int(os.environ.get("KILL_AT_CALL", "3"))
+        self.calls = 0
+        self.killed: int | None = None
+
+    def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
+        import os
+        import signal
+
+        self.calls += 1
+        if self.calls == self.at and self.killed is None:
+            workers = sorted(_grandchildren(os.getpid()))
+            if workers:
+                self.killed = workers[-1]
+                os.kill(self.killed, signal.SIGKILL)
+        return super().act(batch, slots)
+
+
+def _grandchildren(pid: int) -> list[int]:
+    """The processes whose parent's parent is `pid` (Linux /proc)."""
+    from pathlib import Path
+
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    children = {p for p, pp in parents.items() if pp == pid}
+    return [p for p, pp in parents.items() if pp in children]
+
+
+def kills_a_worker(ctx: Any) -> _Const:
+    """A policy that SIGKILLs one env worker once, between its steps; see `_KillsAWorker`."""
+    return _KillsAWorker(ctx)

@@ -188,6 +188,8 @@ def test_the_fixed_budget_design_stops_a_run_at_the_group_sequential_decision(fi
 def race(tmp_path: Path, run_a: Callable[..., Any], *a_flags: str, sleep: str = "0.002") -> tuple[Any, Any]:
     """B (the noisy expert, one worker) and A (the expert, `a_flags`, run by `run_a`) started
     together, each `--eval.versus=` the other; their CliResults (A's, B's)."""
+    (tmp_path / "a").mkdir()  # each names the other's directory, which must exist (report/versus.py: precheck)
+    (tmp_path / "b").mkdir()
     b_args = (*VERSUS, f"--env.step_sleep_s={sleep}", "--eval.max_episodes_rendered=0", "--workers=1",
               "--policy.action_noise=3.0", f"--eval.versus={tmp_path / 'a'}", f"--output_dir={tmp_path / 'b'}")
     proc = subprocess.Popen([sys.executable, "-m", "rollbench", *b_args], stdout=subprocess.PIPE,

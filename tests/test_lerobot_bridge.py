@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("lerobot")
 
-from conftest import load_info, per_episode, run_subprocess, subprocess_env
+from conftest import assert_same_per_episode, load_info, per_episode, run_subprocess, subprocess_env
 from lerobot_helpers import make_checkpoint
 from rollbench.benchmarks.lerobot_env import LerobotEnvConfig
 
@@ -218,7 +218,8 @@ def test_metaworld_through_the_bridge_equals_native(metaworld_bridge_run: Path, 
         return {(tasks[(g, i)], n): v for (g, i, n), v in per_episode(out).items()}
 
     ours, theirs = by_task(tmp_path / "n"), by_task(metaworld_bridge_run)
-    assert len(ours) == 4 and ours == theirs
+    assert len(ours) == 4
+    assert_same_per_episode(ours, theirs)  # two processes: MuJoCo's sums may differ by an ulp
     assert len({v[1] for v in ours.values()}) == 4, "every episode its own goal and rewards"
 
 

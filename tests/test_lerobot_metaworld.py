@@ -149,8 +149,9 @@ def test_metaworld_pixels_match_lerobot_eval(steered_ckpt: Path, tmp_path: Path)
     assert 0 < sum(theirs[0]) < EPISODES and len(set(theirs[1])) == EPISODES, (
         f"lerobot-eval's episodes should differ and only some succeed, or the comparison says little: {theirs}"
     )
-    if per_episode:
-        assert ours == theirs
+    if per_episode:  # success bit for bit, rewards to 1e-12 (MuJoCo's sums differ by an ulp between processes)
+        assert ours[0] == theirs[0]
+        assert ours[1] == pytest.approx(theirs[1], rel=1e-12, abs=1e-12)
     else:
         assert disagreements(theirs, ours) == []
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import signal
+import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import load_info, per_episode, run_subprocess
 from rollbench import perturb
@@ -247,6 +250,93 @@ def test_crossed_axes_apply_together() -> None:
     seen = states_seen("action.latency=2&state.noise=0.5", [10.0 * t for t in range(6)])
     delayed = [0, 0, 0, 10, 20, 30]
     assert all(abs(s - d) < 3 for s, d in zip(seen, delayed, strict=True)) and seen != delayed
+
+
+def test_levels_are_exact_in_ids_and_ordinary_ones_keep_their_spelling() -> None:
+    """A level is spelled exactly in its condition's id (`%g` rounded 0.1234567 and 0.1234568
+    to one id); the levels runs used before keep the spelling they had, so their ids, and
+    resume of their runs, are unchanged."""
+    ids = [c.id for c in perturb.parse("action.noise=0.1234567,0.1234568,0.1,1,1e-05,2.5;action.latency=2;"
+                                       "image.brightness=0.5&state.noise=0.05")]
+    assert ids == ["", "action.noise=0.1234567", "action.noise=0.1234568", "action.noise=0.1", "action.noise=1",
+                   "action.noise=1e-05", "action.noise=2.5", "action.latency=2", "state.noise=0.05&image.brightness=0.5"]
+    for cid in ids[1:]:
+        assert perturb.condition(cid).id == cid
+
+
+@given(st.sampled_from(sorted(perturb.AXES)), st.floats(0, 1, allow_nan=False), st.floats(0, 1, allow_nan=False))
+@settings(max_examples=300, deadline=None)
+def test_two_levels_are_two_ids_and_an_id_reads_back_as_its_level(axis: str, a: float, b: float) -> None:
+    spec = perturb.AXES[axis]
+    a, b = (round(x * spec.high) if spec.integer else x * spec.high for x in (a, b))
+    conds = [perturb.Condition.of({axis: float(x)}) for x in (a, b)]
+    assert (conds[0].id == conds[1].id) == (float(a) == float(b))
+    for cond in conds:
+        assert perturb.condition(cond.id) == cond
+
+
+def test_two_levels_that_round_alike_are_two_conditions_of_their_own(tmp_path: Path) -> None:
+    """Each row of per_condition counts its own episodes (with 6-digit ids the two conditions
+    were one: both ran at the rounded level and each row counted both, 18 where 9 ran)."""
+    out = tmp_path / "o"
+    res = run_subprocess("eval", "--env.type=fake", "--policy.type=expert", "--eval.n_episodes=3", "--workers=1",
+                         "--eval.perturb=action.noise=0.1234567,0.1234568", f"--output_dir={out}", timeout=300)
+    assert res.rc == 0, res.err
+    conds = load_info(out)["per_condition"]
+    assert [c["condition"] for c in conds] == ["", "action.noise=0.1234567", "action.noise=0.1234568"]
+    assert [c["n_episodes"] for c in conds] == [9, 9, 9]
+    assert [c["axes"] for c in conds[1:]] == [{"action.noise": 0.1234567}, {"action.noise": 0.1234568}]
+    logged = [r.condition for r in read_records(out)]
+    assert sorted(logged) == sorted(c["condition"] for c in conds for _ in range(9))
+
+
+def test_conditions_that_share_an_axis_level_share_its_draws(tmp_path: Path) -> None:
+    """Common random numbers: `action.noise=1` and `action.noise=1&language.drop=1` add the same
+    noise to the same episode, so a policy that ignores language (the expert) scores the same
+    in both, episode by episode; so do the state noise and the native axes' reset draws."""
+    out = tmp_path / "o"
+    res = run_subprocess("eval", "--env.type=fake", "--policy.type=expert", "--eval.n_episodes=6", "--workers=1",
+                         "--eval.perturb=action.noise=1;action.noise=1&language.drop=1;"
+                         "state.noise=0.4&action.latency=2;action.latency=2&state.noise=0.4&language.drop=1",
+                         f"--output_dir={out}", timeout=300)
+    assert res.rc == 0, res.err
+    by: dict[str, dict[tuple[Any, ...], tuple[Any, ...]]] = {}
+    for r in read_records(out):
+        by.setdefault(r.condition, {})[(r.task, r.seed)] = r.outcome()
+    assert len(by) == 5 and all(len(v) == 18 for v in by.values())
+    assert by["action.noise=1"] == by["action.noise=1&language.drop=1"] != by[""]
+    assert by["action.latency=2&state.noise=0.4"] == by["action.latency=2&state.noise=0.4&language.drop=1"] != by[""]
+    # the same, draw by draw, where the Perturber applies them
+    for crossed in ("action.noise=0.5&action.latency=3&language.drop=1", "action.noise=0.5&state.noise=0.1&image.blur=1"):
+        a, b = (perturb.Perturber(perturb.parse(spec)[1], 11, None) for spec in ("action.noise=0.5", crossed))
+        for _ in range(4):
+            assert np.array_equal(a.outputs(np.zeros(3)), b.outputs(np.zeros(3)))
+            a.advance({})
+            b.advance({})
+    row = {"observation.state": np.ones(2)}
+    for step in range(4):
+        alone = perturb.Sensor(perturb.parse("state.noise=0.5")[1], 11)(row, step)
+        crossed_ = perturb.Sensor(perturb.parse("action.noise=0.2&state.noise=0.5&language.drop=1")[1], 11)(row, step)
+        assert np.array_equal(alone["observation.state"], crossed_["observation.state"])
+    for axis in ("camera.shift", "camera.rotate", "object.shift"):
+        single = perturb.reset_stream(3, f"{axis}=0.05", axis).random(4)
+        assert np.array_equal(single, perturb.reset_stream(3, f"{axis}=0.05&light.intensity=0.5&action.noise=1", axis).random(4))
+        assert not np.array_equal(single, perturb.reset_stream(3, f"{axis}=0.06", axis).random(4))
+
+
+def test_a_one_axis_condition_draws_what_it_drew_before_draws_were_per_axis() -> None:
+    """A one-axis condition's key is its id, as when draws were keyed by the whole condition:
+    a run made before resumes to the same episodes."""
+    def old(seed: int, cid: str, axis: str, step: int) -> np.random.Generator:
+        return np.random.default_rng([seed, zlib.crc32(cid.encode()), zlib.crc32(axis.encode()), step])
+
+    p = perturb.Perturber(perturb.parse("action.noise=0.3")[1], 7, None)
+    p.advance({})
+    assert np.array_equal(p.outputs(np.zeros(4)), old(7, "action.noise=0.3", "action.noise", 1).normal(0.0, 0.3, 4))
+    state = perturb.Sensor(perturb.parse("state.noise=0.05")[1], 7)({"observation.state": np.zeros(3)}, 2)
+    assert np.array_equal(state["observation.state"], old(7, "state.noise=0.05", "state.noise", 2).normal(0.0, 0.05, 3))
+    assert perturb.reset_stream(9, "camera.rotate=10", "camera.rotate").random() == \
+        old(9, "camera.rotate=10", "camera.rotate", 0).random()
 
 
 def test_resuming_with_another_sweep_is_refused(tmp_path: Path) -> None:

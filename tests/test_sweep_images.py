@@ -1,8 +1,9 @@
 """Image axes of a robustness sweep (image.noise, .blur, .brightness, .contrast, .occlusion,
 .jpeg, .shift): each changes what the policy sees and nothing at rest; rollbench's uint8 HWC
 frames and LeRobot's float CHW frames go through the same perturbation; the draws are a
-function of (condition, episode seed, camera, step); a PushT sweep of a LeRobot checkpoint
-gives the same episodes whatever runs it; a benchmark without images refuses the axes."""
+function of (axis and level, episode seed, camera, step), shared by every condition with that
+level; a PushT sweep of a LeRobot checkpoint gives the same episodes whatever runs it; a
+benchmark without images refuses the axes."""
 
 from __future__ import annotations
 
@@ -58,6 +59,33 @@ def test_each_image_axis_changes_the_frame_the_same_in_both_layouts(axis: str) -
     assert np.array_equal(under(spec, img, camera="observation.images.wrist"), out) != drawn
     # noise is drawn each step; a shift or a patch stays where it is for the whole episode
     assert np.array_equal(under(spec, img, step_to=3), out) != (axis == "image.noise")
+
+
+@pytest.mark.parametrize("axis", ["image.noise", "image.shift", "image.occlusion"])
+def test_conditions_that_share_an_image_level_share_its_draws(axis: str) -> None:
+    """Common random numbers: a drawn image axis at one level draws the same (noise, a shift's
+    direction, a patch's place) under every condition that has that level, whatever else the
+    condition sets; another level draws its own."""
+    img, spec = frame(), f"{axis}={LEVELS[axis]}"
+    for other in ("language.drop=1", "action.noise=1&state.noise=0.2", "action.latency=1"):
+        for step in (0, 3):
+            assert np.array_equal(under(f"{spec}&{other}", img, step_to=step), under(spec, img, step_to=step)), other
+    for camera in ("observation.image", "observation.images.wrist"):
+        assert np.array_equal(under(f"{spec}&language.drop=1", img, camera=camera), under(spec, img, camera=camera))
+    assert np.array_equal(perturb.preview(f"{spec}&action.noise=1", img, 5), perturb.preview(spec, img, 5))
+
+
+def test_crossed_image_axes_are_each_axis_s_own_draws_in_turn() -> None:
+    """A crossed image condition is its axes applied one after another, each with the draws it
+    has alone: the shift of `image.shift=0.2` then the noise (or the patch) of the other's
+    condition (shift moves whole pixels, so the first step is exact in uint8)."""
+    img = frame()
+    shifted = under("image.shift=0.2", img)
+    for step in (0, 2):
+        assert np.array_equal(under("image.shift=0.2&image.noise=0.1", img, step_to=step),
+                              under("image.noise=0.1", under("image.shift=0.2", img, step_to=step), step_to=step))
+    assert np.array_equal(under("image.shift=0.2&image.occlusion=0.25", img), under("image.occlusion=0.25", shifted))
+    assert not np.array_equal(under("image.shift=0.3", img) == 0, shifted == 0)
 
 
 def test_a_level_at_rest_is_the_control_and_shapes_without_channels_pass() -> None:

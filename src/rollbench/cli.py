@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollbench import __version__, perturb, writable
+from rollbench import __version__, perturb, quiet, writable
 from rollbench.config import codec
 from rollbench.config.env import BENCHMARKS
 from rollbench.config.eval import EvalConfig
@@ -548,7 +548,7 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes to whatever sys.stderr is now (pytest and embedding programs swap it)."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.stream = sys.stderr
+        self.stream = quiet.terminal(sys.stderr)  # not the debug log a thread's prints go to meanwhile
         super().emit(record)
 
 
@@ -563,6 +563,7 @@ def _setup_logging(debug: bool) -> None:
     log.addHandler(handler)
     log.propagate = False
     log.setLevel(logging.DEBUG if debug else logging.INFO)
+    quiet.install(debug)  # other packages' logging, warnings and encoder banners: to the debug log
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -36,6 +36,11 @@ class PolicyError(RollbenchError):
     """A policy misbehaved during a run (wrong action shape, NaN actions, raised)."""
 
 
+class PolicyHang(PolicyError):
+    """A policy call in this process did not return within `--eval.step_timeout_s`: the run
+    stops (a call in progress cannot be stopped safely); what finished is in the log."""
+
+
 class EpisodesLost(RollbenchError):
     """The policy lost the state of the episodes on `slots` (its server restarted, say):
     those episodes cannot go on, but the policy can start new ones. The schedulers run

@@ -4,7 +4,11 @@ that takes them (`rollbench eval` and `tune` through the CLI, `rollbench serve`)
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
+import re
+from importlib import metadata
+from pathlib import Path
 
 from rollbench.config.codec import to_flags
 from rollbench.config.env import BENCHMARKS, BenchmarkConfig
@@ -12,7 +16,7 @@ from rollbench.config.fields import build
 from rollbench.config.policy import PolicyConfig
 from rollbench.errors import ConfigError, UnknownNameError, did_you_mean
 from rollbench.policies.base import POLICIES
-from rollbench.policies.lerobot_plugins import lerobot_types
+from rollbench.policies.lerobot_plugins import PLUGIN_PREFIX, lerobot_types
 
 
 def group(flags: dict[str, str], prefix: str) -> dict[str, str]:
@@ -34,13 +38,17 @@ def benchmark_from_flags(env_flags: dict[str, str]) -> BenchmarkConfig:
 def lerobot_type(ptype: str, path: str | None) -> str:
     """`--policy.type=act --policy.path=DIR`, lerobot-eval's spelling: a LeRobot (or installed
     plugin's) policy type means rollbench's LeRobot adapter, checked against the checkpoint.
-    Anything else is an unknown type, named with every type known here."""
-    import importlib.util  # lazy: only for a --policy.type rollbench does not have
-
+    Anything else is an unknown type, named with every type known here. A name no LeRobot or
+    plugin source declares is refused without importing LeRobot (its policy configs import
+    torch and transformers: ~20 s on a busy machine)."""
     ours = POLICIES.names()
     theirs: list[str] = []
     if importlib.util.find_spec("lerobot") is not None:
-        theirs = lerobot_types()
+        declared = declared_lerobot_types()
+        if declared is not None and (ptype not in declared[1] or (ptype in declared[0] and not path)):
+            theirs = sorted(declared[0])
+        else:
+            theirs = lerobot_types()
     if ptype in theirs:
         if not path:
             raise ConfigError(f"--policy.type={ptype} is a LeRobot policy type: give its checkpoint with "
@@ -49,6 +57,42 @@ def lerobot_type(ptype: str, path: str | None) -> str:
     hint = did_you_mean(ptype, [*ours, *theirs])
     lerobot = f"; LeRobot's and its plugins' (with --policy.path): {', '.join(theirs)}" if theirs else ""
     raise ConfigError(f"--policy.type={ptype!r}: no policy type named {ptype!r}.{hint} Known: {', '.join(ours)}{lerobot}.")
+
+
+_REGISTERS = re.compile(r"register_subclass\(\s*(?:name\s*=\s*)?[\"']([\w.-]+)[\"']")
+_IMPORTED_CONFIG = re.compile(r"^from \.(\w+)\.(configuration_\w+) import", re.MULTILINE)
+
+
+def declared_lerobot_types() -> tuple[set[str], set[str]] | None:
+    """The policy types LeRobot's source and the installed `lerobot_policy_*` plugins declare
+    (`@PreTrainedConfig.register_subclass("act")`), read, not imported: (those LeRobot's
+    `lerobot.policies` registers on import, with the plugins', as `lerobot_types()` lists them;
+    every one declared anywhere). None: LeRobot's source is not where it is expected."""
+    spec = importlib.util.find_spec("lerobot")
+    roots = [Path(p) / "policies" for p in (spec.submodule_search_locations or [])] if spec else []
+    if not roots or not (roots[0] / "__init__.py").is_file():
+        return None
+    imported, everywhere = set(), set()
+    try:
+        for root in roots:
+            for config in root.rglob("configuration_*.py"):
+                everywhere |= set(_REGISTERS.findall(config.read_text(encoding="utf-8", errors="replace")))
+            init = (root / "__init__.py").read_text(encoding="utf-8", errors="replace")
+            for package, module in _IMPORTED_CONFIG.findall(init):
+                config = root / package / f"{module}.py"
+                if config.is_file():
+                    imported |= set(_REGISTERS.findall(config.read_text(encoding="utf-8", errors="replace")))
+        for dist in metadata.distributions():
+            if not str(dist.metadata["Name"] or "").replace("-", "_").startswith(PLUGIN_PREFIX):
+                continue
+            for file in dist.files or []:
+                if file.suffix == ".py":
+                    found = set(_REGISTERS.findall(Path(str(dist.locate_file(file))).read_text(encoding="utf-8", errors="replace")))
+                    imported |= found
+                    everywhere |= found
+    except OSError:
+        return None
+    return (imported or everywhere), everywhere
 
 
 def policy_from_flags(policy_flags: dict[str, str]) -> PolicyConfig:

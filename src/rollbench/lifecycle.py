@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -26,7 +27,7 @@ from rollbench import perturb, writable
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError, DiskFull, RollbenchError, RunInterrupted
 from rollbench.executors.base import Executor, Run
-from rollbench.executors.shards import launched_child, write_shard_facts
+from rollbench.executors.shards import CHILD_ENV, launched_child, write_shard_facts
 from rollbench.plan import EpisodeUnit, UnitKey, pending, plan_for
 from rollbench.progress import Progress
 from rollbench.rendering import check_user_backend
@@ -34,7 +35,7 @@ from rollbench.report import sweep
 from rollbench.report import write_report as draw_report
 from rollbench.report.paired_stop import paired_rule
 from rollbench.report.versus import precheck, versus_rule
-from rollbench.results import eval_info
+from rollbench.results import eval_info, owners, video
 from rollbench.results.adaptive import Rule, StopRule, Stops
 from rollbench.results.adaptive import apply as apply_stops
 from rollbench.results.dataset import (
@@ -102,8 +103,13 @@ def check_benchmark(cfg: RunConfig) -> None:
 
 def check_outputs(cfg: RunConfig) -> None:
     """Where the run writes, before any work (a checkpoint's download, the policy's load, the
-    first episode): --output_dir, and --eval.recording_root when it records."""
+    first episode): --output_dir and the folders of an earlier run in it that this one writes
+    into, and --eval.recording_root when it records."""
     writable.output_dir("--output_dir", cfg.output_dir)
+    videos = Path(cfg.output_dir).expanduser() / "videos"
+    filmed = [f"videos/{d.name}" for d in videos.iterdir() if d.is_dir()] if videos.is_dir() else []
+    writable.run_folders("--output_dir", cfg.output_dir, [EPISODES_DIR, "logs", "videos", *filmed, PARTS_DIR,
+                                                          *([] if cfg.eval.recording_root else ["dataset"])])
     _check_recording_root(cfg)
 
 
@@ -137,7 +143,26 @@ def _this_run_s_dataset(output_dir: Path, root: Path) -> bool:
 def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) -> Run:
     """Prepare (or resume in) the output directory; the units of `units` still to do."""
     output_dir = Path(cfg.output_dir)
-    continuing = prepare(output_dir, cfg.identity(), cfg.to_dict(), cfg.resume)
+    continuing, claim = prepare(output_dir, cfg.to_dict(), _writer(cfg))
+    try:
+        return _opened(cfg, output_dir, plan, units, continuing, claim)
+    except BaseException:
+        claim.release()
+        raise
+
+
+def _writer(cfg: RunConfig) -> owners.Writer:
+    """This process as the directory's writer: which run, which shard, whose child."""
+    parent = os.environ.get(CHILD_ENV, "") if launched_child(cfg) else ""
+    every = cfg.launch == "local" or cfg.eval.num_shards == 1
+    return owners.Writer(
+        host=owners.host(), pid=os.getpid(), identity=cfg.identity(), shard_id=None if every else cfg.eval.shard_id,
+        num_shards=cfg.eval.num_shards, launched_by=int(parent) if parent.isdigit() else None, resume=cfg.resume,
+        started=time.time())
+
+
+def _opened(cfg: RunConfig, output_dir: Path, plan: list[EpisodeUnit], units: list[EpisodeUnit], continuing: bool,
+            claim: owners.Claim) -> Run:
     merged = merge(read_records(output_dir), plan)
     finished = merged.done_keys()
     rule = stop_rule(cfg)
@@ -179,7 +204,7 @@ def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) 
     if continuing:
         log.info("resuming in %s: %d of %d episodes already done", output_dir, sum(u.key in done for u in units), len(units))
         sweep_partial_videos(output_dir)  # left by killed workers; their episodes run again
-    return Run(cfg, output_dir, plan, units, done, todo, continuing, time.time(), stops)
+    return Run(cfg, output_dir, plan, units, done, todo, continuing, time.time(), stops, claim)
 
 
 def close_run(
@@ -196,6 +221,10 @@ def close_run(
     merged = merge(read_records(output_dir, recursive=recursive), plan)
     if merged.conflicts:
         log.warning("%d units have conflicting results in the logs; see eval_info.json 'conflicts'", len(merged.conflicts))
+    gone = video.missing(output_dir, merged.records.values(), recursive)
+    if gone:
+        log.warning("%d videos named in the episode logs are not on disk (e.g. %s); eval_info.json lists only those "
+                    "that are", len(gone), gone[0])
     if opened is not None and opened.continuing:  # the commands that ran this run before called the policy too
         earlier = (eval_info.read(output_dir) or {}).get("policy_calls")
         how = replace(how, policy_calls=PolicyCalls.total(earlier, how.policy_calls))
@@ -276,12 +305,25 @@ def write_report(output_dir: Path) -> Path | None:
 def run_eval(
     cfg: RunConfig, executor: Executor, progress_stream: Any = None, command: list[str] | None = None,
 ) -> RunOutcome:
-    """Open the run, execute what is left of it, close it."""
+    """Open the run, execute what is left of it, close it. The run owns its directory from
+    the open to the end of its report (`results.owners`)."""
     plan = checked_plan(cfg)
+    opened: list[Run] = []
+    try:
+        return _run(cfg, executor, plan, opened, progress_stream, command)
+    finally:
+        for run in opened:
+            if run.claim is not None:
+                run.claim.release()  # another run may take the directory now
+
+
+def _run(cfg: RunConfig, executor: Executor, plan: list[EpisodeUnit], opened: list[Run], progress_stream: Any,
+         command: list[str] | None) -> RunOutcome:
     child = launched_child(cfg)
     try:
         executor.setup(cfg)  # a bad policy fails here, before any output is written
         run = open_run(cfg, plan, executor.share(cfg, plan))
+        opened.append(run)
         executor.start(run)
         ran = _drive(run, executor, progress_stream)
         if child:  # the launcher closes the run once, with every child's facts

@@ -8,8 +8,11 @@ A condition is part of a unit (`EpisodeUnit.condition`): episode i of condition 
 control's episode i (its seed, its episode index) with the condition's axes applied at the
 boundary between env and policy (`scheduler.common.StepContext`), so a perturbed episode is
 a function of (condition, task, i), whatever ran beside it. Every draw of an axis comes from
-a generator seeded by (the episode's seed, the condition, the axis, the step), so a retried
-call draws the same and adding an axis to a sweep changes no other axis's draws.
+a generator seeded by (the episode's seed, the axis and its level, the camera, the step), never
+by the rest of the condition: a retried call draws the same, and conditions that share an
+axis's level share its draws (common random numbers: `action.noise=1` and
+`action.noise=1&language.drop=1` add the same noise to the same episode, so their difference is
+the instruction's alone).
 
 Axes (generic: every benchmark that has what they act on):
 
@@ -40,7 +43,7 @@ declare them: `BenchmarkConfig.native_axes`; MetaWorld and LIBERO apply all four
 scheduler stages the unit's condition on each env before its reset, as it stages the episode
 index (`config.env.set_condition`); the env applies the levels after its own reset placement
 and undoes them at its next reset. Each draw comes from `reset_stream` (the episode's seed,
-the condition, the axis), so it is a function of (condition, task, i):
+the axis and its level), so it is a function of (condition, task, i):
 
     camera.shift     every camera the policy sees (and the video's) moved this far, in metres,
                      in a direction drawn uniformly on the sphere, one per camera
@@ -59,6 +62,7 @@ import functools
 import io
 import itertools
 import json
+import math
 import zlib
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
@@ -95,6 +99,8 @@ class Axis:
             value = float(raw)
         except ValueError:
             raise ConfigError(f"{flag}: level {raw!r} of {self.name} is not a number; {self.allowed()}") from None
+        if not math.isfinite(value):  # int() of it would raise, and no axis has an endless level
+            raise ConfigError(f"{flag}: level {raw} of {self.name} is not a finite number; {self.allowed()}")
         if self.integer and value != int(value):
             raise ConfigError(f"{flag}: level {raw} of {self.name} is not a whole number of steps; {self.allowed()}")
         if not self.low <= value <= self.high:
@@ -151,7 +157,7 @@ class Condition:
     def id(self) -> str:
         """"" for the control, "axis=level" for one axis, "axis=level&axis=level" for a crossed
         condition (what the log and eval_info.json say)."""
-        return "&".join(f"{name}={value:g}" for name, value in self.levels)
+        return "&".join(axis_id(name, value) for name, value in self.levels)
 
     def get(self, axis: str) -> float:
         return dict(self.levels).get(axis, AXES[axis].neutral)
@@ -176,6 +182,27 @@ class Condition:
 
 
 CONTROL = Condition()
+
+
+def axis_id(name: str, value: float) -> str:
+    """"name=level", the level spelled exactly: as `:g` spells it (0.1, 2, 1e-05: the ids of runs
+    made before levels were exact) where that reads back as the same number, else as repr
+    (0.1234567, which `:g` rounds to 0.123457, the spelling of another level)."""
+    short = f"{value:g}"
+    return f"{name}={short if float(short) == value else repr(value)}"
+
+
+def check_sweep(conditions: list[Condition], spec: str, flag: str) -> None:
+    """Refuse a sweep `spec` that holds no condition but the control: it would run as a plain
+    run, which a user who asked for a sweep would not notice."""
+    if len(conditions) > 1:
+        return
+    if any(p.strip() for p in spec.split(";")):
+        why = "every level it gives is its axis's rest level (the control's, which every sweep runs anyway)"
+    else:
+        why = "it names no axis"
+    raise ConfigError(f"{flag}: the sweep {spec!r} holds no condition besides the control: {why}; give at least one "
+                      f"level away from rest, e.g. action.noise=0.1 (docs/robustness.md)")
 
 
 def parse(spec: str, flag: str = "--eval.perturb") -> list[Condition]:
@@ -277,7 +304,7 @@ def sweep_file(path: str) -> str:
     for i, cond in enumerate(listed):
         parts.append("&".join(f"{n}={levels_of(f'conditions[{i}]', n, v)[0]}" for n, v in table(f"conditions[{i}]", cond).items()))
     spec = ";".join(p for p in parts if p)
-    parse(spec, flag)  # every axis and level checked here, named with the file
+    check_sweep(parse(spec, flag), spec, flag)  # every axis and level checked here, named with the file
     return spec
 
 
@@ -302,19 +329,32 @@ def paraphrase_table(spec: str) -> dict[str, tuple[str, ...]]:
         data = json.loads(spec)
     except ValueError as err:
         raise ConfigError(f"{flag}: not valid JSON ({err})") from None
-    if not isinstance(data, dict) or not all(
-        isinstance(v, list) and v and all(isinstance(x, str) and x.strip() for x in v) for v in data.values()
-    ):
-        raise ConfigError(f"{flag}: expected a table of a task's name or instruction -> a list of non-empty paraphrases, "
-                          f'e.g. {{"pick up the cup": ["grab the cup", "lift the mug"]}}')
+    return _paraphrases(data, flag)
+
+
+def _paraphrases(data: Any, flag: str) -> dict[str, tuple[str, ...]]:
+    """`data` (a JSON or TOML table) as a paraphrase table, or a one-line ConfigError naming
+    `flag` and the first key whose value is not a list of non-empty strings (TOML also reads
+    dates, times and nested tables, which no paraphrase is)."""
+    expected = ("expected a table of a task's name or instruction -> a list of non-empty paraphrases (strings), "
+                'e.g. {"pick up the cup": ["grab the cup", "lift the mug"]}')
+    if not isinstance(data, dict):
+        raise ConfigError(f"{flag}: got {type(data).__name__}; {expected}")
+    for key, value in data.items():
+        if not (isinstance(value, list) and value and all(isinstance(x, str) and x.strip() for x in value)):
+            kinds = sorted({type(x).__name__ for x in value}) if isinstance(value, list) else [type(value).__name__]
+            raise ConfigError(f"{flag}: {key!r} holds {value!r} ({', '.join(kinds) or 'empty'}); {expected}")
     return {str(k): tuple(v) for k, v in data.items()}
 
 
 def read_paraphrases(value: str) -> str:
     """--eval.paraphrases=FILE (JSON, or TOML on Python 3.11+) or inline JSON -> the JSON the
     run records (read once, like --eval.sweep)."""
-    inline = value.lstrip().startswith("{")
-    table = paraphrase_table(value if inline else json.dumps(_read_table(value, f"--eval.paraphrases={value}")))
+    if value.lstrip().startswith("{"):
+        table = paraphrase_table(value)
+    else:
+        flag = f"--eval.paraphrases={value}"
+        table = _paraphrases(_read_table(value, flag), flag)  # checked before it becomes JSON
     return json.dumps(table, sort_keys=True)
 
 
@@ -342,14 +382,21 @@ def given_instruction(cid: str, table_spec: str, task: str, description: str) ->
     return description if found is None else found
 
 
-def _stream(seed: int, cid: str, axis: str, step: int) -> np.random.Generator:
-    """The draws of `axis` at `step` of the episode with `seed` under condition `cid`."""
-    return np.random.default_rng([seed & 0xFFFFFFFF, zlib.crc32(cid.encode()), zlib.crc32(axis.encode()), step])
+def _stream(seed: int, axis: str, level: float, step: int, camera: str = "") -> np.random.Generator:
+    """The draws of `axis` at `level` at `step` of the episode with `seed` (on `camera`).
+
+    Keyed by the axis's own "axis=level" (`axis_id`), not by the whole condition, so conditions
+    that share the level share the draws; a one-axis condition's id is that key, so its draws
+    are those it had when the key was the condition's id."""
+    stream = f"{axis}/{camera}" if camera else axis
+    return np.random.default_rng([seed & 0xFFFFFFFF, zlib.crc32(axis_id(axis, level).encode()),
+                                  zlib.crc32(stream.encode()), step])
 
 
 def reset_stream(seed: int, cid: str, axis: str) -> np.random.Generator:
-    """The draws of native `axis` at the reset of the episode with `seed` under condition `cid`."""
-    return _stream(seed, cid, axis, 0)
+    """The draws of native `axis` at the reset of the episode with `seed` under condition `cid`
+    (of its level there: the same under every condition that has it)."""
+    return _stream(seed, axis, condition(cid).get(axis), 0)
 
 
 class Sensor:
@@ -359,7 +406,6 @@ class Sensor:
     frame (`rollout.Frames`) are the same draws."""
 
     def __init__(self, cond: Condition, seed: int) -> None:
-        self.cid = cond.id
         self.seed = seed
         self.state_noise = cond.get("state.noise")
         self.image = cond.image_levels
@@ -373,7 +419,7 @@ class Sensor:
     def __call__(self, row: Mapping[str, Any], step: int) -> dict[str, Any]:
         out = dict(row)
         if self.state_noise:
-            rng = _stream(self.seed, self.cid, "state.noise", step)
+            rng = _stream(self.seed, "state.noise", self.state_noise, step)
             for key in STATE_KEYS:  # in this order, so a key's draws never depend on another's presence
                 if key in out:
                     state = np.asarray(out[key])
@@ -381,7 +427,7 @@ class Sensor:
                     out[key] = (state + noise).astype(state.dtype, copy=False)
         if self.image:
             for key in sorted(k for k in out if is_image_key(k)):  # sorted: a camera's draws never depend on another's
-                out[key] = perturb_image(np.asarray(out[key]), self.image, self.seed, self.cid, key, step)
+                out[key] = perturb_image(np.asarray(out[key]), self.image, self.seed, key, step)
         return out
 
 
@@ -394,7 +440,6 @@ class Perturber:
 
     def __init__(self, cond: Condition, seed: int, action_bounds: tuple[np.ndarray, np.ndarray] | None,
                  instruction: str | None = None) -> None:
-        self.cid = cond.id
         self.seed = seed
         self.bounds = action_bounds
         self.latency = int(cond.get("action.latency"))
@@ -419,7 +464,8 @@ class Perturber:
     def outputs(self, action: np.ndarray) -> np.ndarray:
         if not self.action_noise:
             return action
-        noisy = action + _stream(self.seed, self.cid, "action.noise", self.step).normal(0.0, self.action_noise, action.shape)
+        rng = _stream(self.seed, "action.noise", self.action_noise, self.step)
+        noisy = action + rng.normal(0.0, self.action_noise, action.shape)
         if self.bounds is not None:
             noisy = np.clip(noisy, *self.bounds)
         return noisy.astype(action.dtype, copy=False)
@@ -435,10 +481,11 @@ def is_image_key(key: str) -> bool:
     return key == "observation.image" or key.startswith("observation.images.")
 
 
-def perturb_image(img: np.ndarray, levels: Mapping[str, float], seed: int, cid: str, camera: str, step: int) -> np.ndarray:
+def perturb_image(img: np.ndarray, levels: Mapping[str, float], seed: int, camera: str, step: int) -> np.ndarray:
     """One camera's frame (uint8 HWC, or float CHW in [0, 1]) under the image axes `levels`,
     in the layout and dtype it came in. What is drawn per episode (a shift's direction, a
-    patch's place) comes from the episode's stream at step 0; noise from this step's."""
+    patch's place) comes from the episode's stream of the axis's level at step 0; noise from
+    this step's."""
     chw = img.dtype != np.uint8 and img.ndim == 3 and img.shape[0] in (1, 3, 4) and img.shape[-1] not in (1, 3, 4)
     x = img.transpose(1, 2, 0) if chw else img
     x = x.astype(np.float32) / (255.0 if img.dtype == np.uint8 else 1.0)
@@ -447,7 +494,7 @@ def perturb_image(img: np.ndarray, levels: Mapping[str, float], seed: int, cid: 
     h, w = x.shape[:2]
 
     def episode(axis: str) -> np.random.Generator:  # what stays put for the whole episode
-        return _stream(seed, cid, f"{axis}/{camera}", 0)
+        return _stream(seed, axis, levels[axis], 0, camera)
 
     if "image.shift" in levels:
         angle = episode("image.shift").uniform(0.0, 2 * np.pi)
@@ -473,7 +520,8 @@ def perturb_image(img: np.ndarray, levels: Mapping[str, float], seed: int, cid: 
 
         x = gaussian_filter(x, sigma=(levels["image.blur"], levels["image.blur"], 0), mode="nearest")
     if "image.noise" in levels:
-        x = x + _stream(seed, cid, f"image.noise/{camera}", step).normal(0.0, levels["image.noise"], x.shape).astype(np.float32)
+        rng = _stream(seed, "image.noise", levels["image.noise"], step, camera)
+        x = x + rng.normal(0.0, levels["image.noise"], x.shape).astype(np.float32)
     x = np.clip(x, 0.0, 1.0)
     if "image.jpeg" in levels:
         x = _jpeg(x, int(levels["image.jpeg"]))
@@ -487,7 +535,7 @@ def preview(cid: str, frame: np.ndarray, seed: int, camera: str = "observation.i
     """`frame` (uint8 HWC) as condition `cid`'s image axes make the first frame of the episode
     with `seed` look to the policy (unchanged when the condition has none): the report's still."""
     levels = condition(cid).image_levels
-    return perturb_image(frame, levels, seed, cid, camera, 0) if levels else frame
+    return perturb_image(frame, levels, seed, camera, 0) if levels else frame
 
 
 def _jpeg(x: np.ndarray, quality: int) -> np.ndarray:

@@ -3,9 +3,11 @@
 `--render_device=gpu` -> EGL (on the GPU's driver); `cpu` -> OSMesa when libOSMesa loads
 (measured here ~15% faster than Mesa's llvmpipe through EGL), else EGL on Mesa; `auto` ->
 EGL when nvidia-smi sees a GPU, else the cpu choice. A MUJOCO_GL the user set wins under
-`auto`, in every way of running. The executor decides once per run (`choose_backend`) and
-carries the value explicitly: into the driver's environment (`apply_backend`), each
-worker's spec, and each local shard's environment. The GL context itself is created in
+`auto`, in every way of running. A process whose PyOpenGL is loaded already keeps that
+platform (`loaded_backend`), so the choice is then the backend it was loaded for. The
+executor decides once per run (`choose_backend`) and carries the value explicitly: into the
+driver's environment (`apply_backend`), each worker's spec, and each local shard's
+environment. The GL context itself is created in
 the worker, on the first render. A MUJOCO_GL the user set is checked before anything
 imports MuJoCo (`check_user_backend`), which reads it once, at that import, and fails there.
 """
@@ -13,9 +15,10 @@ imports MuJoCo (`check_user_backend`), which reads it once, at that import, and 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import logging
 import os
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,6 +27,8 @@ from rollbench.errors import ConfigError, did_you_mean
 
 if TYPE_CHECKING:
     from rollbench.config.env import BenchmarkConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -65,10 +70,12 @@ def find_gpus() -> list[Gpu]:
 
 
 def library_loads(name: str) -> bool:
-    """Whether lib`name` loads, by ctypes' lookup or the file names PyOpenGL tries
-    (lib`name`.so, then .so.9 down to .so.0)."""
+    """Whether lib`name` loads as PyOpenGL loads it (its `ctypesloader`): by file name,
+    lib`name`.so, then .so.9 down to .so.0, through the dynamic loader, so $LD_LIBRARY_PATH
+    counts as it does for PyOpenGL (ctypes.util.find_library ignores it, and may name a
+    file PyOpenGL would not try)."""
     base = f"lib{name}.so"
-    for path in filter(None, (ctypes.util.find_library(name), base, *(f"{base}.{i}" for i in range(9, -1, -1)))):
+    for path in (base, *(f"{base}.{i}" for i in range(9, -1, -1))):
         try:
             ctypes.CDLL(path)
             return True
@@ -79,6 +86,21 @@ def library_loads(name: str) -> bool:
 
 def osmesa_loadable() -> bool:
     return library_loads("OSMesa")
+
+
+# PyOpenGL's platform modules -> the backend that works beside them
+_PYOPENGL_PLATFORMS = {"OpenGL.platform.egl": "egl", "OpenGL.platform.osmesa": "osmesa"}
+
+
+def loaded_backend() -> str | None:
+    """The backend this process is already bound to: PyOpenGL fixes its platform (EGL,
+    OSMesa, GLX) at its first import, from $PYOPENGL_PLATFORM (importing MuJoCo with
+    MUJOCO_GL=egl or osmesa imports it), and any other backend's context then fails
+    ("'EGLPlatform' object has no attribute 'OSMesa'"). egl or osmesa once PyOpenGL is
+    loaded on that platform; None when it is not loaded yet (or loaded on another)."""
+    module = sys.modules.get("OpenGL.platform")
+    platform = getattr(module, "PLATFORM", None)
+    return _PYOPENGL_PLATFORMS.get(type(platform).__module__) if platform is not None else None
 
 
 def _device_backend(render_device: str, gpus: Sequence[Gpu]) -> str:
@@ -119,11 +141,19 @@ def user_backend() -> str | None:
 def choose_backend(render_device: str, gpus: Sequence[Gpu] | None = None) -> str:
     """The MUJOCO_GL value a run uses: the one decision, made once per run by its executor.
 
-    Under `--render_device=auto` a MUJOCO_GL the user set wins; otherwise the device rule
-    (`_device_backend`). `gpus`: what `find_gpus()` returned, when the caller has it already.
+    Under `--render_device=auto` a MUJOCO_GL the user set wins (`check_user_backend`
+    refuses one this process cannot use); otherwise the backend this process's PyOpenGL is
+    already bound to (`loaded_backend`: tests and programs that run several evaluations in
+    one process), else the device rule (`_device_backend`). `gpus`: what `find_gpus()`
+    returned, when the caller has it already.
     """
     if render_device == "auto" and (user := user_backend()):
         return user
+    if (loaded := loaded_backend()) is not None:
+        if render_device == "gpu" and loaded != "egl":
+            log.warning("--render_device=gpu: this process has loaded PyOpenGL for %s already, and it cannot change; "
+                        "rendering with %s, on the CPU", loaded, loaded)
+        return loaded
     if gpus is None:
         gpus = find_gpus() if render_device == "auto" else []
     return _device_backend(render_device, gpus)
@@ -189,6 +219,12 @@ def check_user_backend(bench: BenchmarkConfig, films: int = 0) -> None:
         raise ConfigError(
             f"MUJOCO_GL={user}{'' if value.lower() == 'glfw' else ' (glfw, MuJoCo default)'} needs a display, and none "
             f"is set (DISPLAY, WAYLAND_DISPLAY); {why}, or unset MUJOCO_GL to let rollbench choose"
+        )
+    loaded = loaded_backend()
+    if loaded is not None and value.lower() in _LIBRARIES and value.lower() != loaded:
+        raise ConfigError(
+            f"MUJOCO_GL={user}: this process has loaded PyOpenGL for {loaded} already, and PyOpenGL keeps the platform "
+            f"of its first import; set MUJOCO_GL={loaded}, or run rollbench in a new process"
         )
     lib = _LIBRARIES.get(value)
     if lib is not None and not library_loads(lib):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterable
 from pathlib import Path
 
 from rollbench.errors import ConfigError
@@ -23,6 +24,9 @@ def _nearest_folder(flag: str, value: str, path: Path) -> Path:
     for folder in (path, *path.parents):
         if folder.is_dir():
             return folder
+        if folder.is_symlink() and not folder.exists():
+            raise ConfigError(f"{flag}={value!r}: {folder} is a link to {os.readlink(folder)}, which does not exist; "
+                              f"remove the link or make its target")
         if folder.exists():
             raise ConfigError(f"{flag}={value!r}: {folder} is a file, not a directory; give a path in a directory you can write")
     return Path(path.anchor)
@@ -58,3 +62,15 @@ def output_file(flag: str, value: str, parents: bool = False) -> Path:
         raise ConfigError(f"{flag}={value!r} is not allowed; it must be a file path in an existing directory")
     _probe(flag, value, _nearest_folder(flag, value, path.absolute().parent))
     return path
+
+
+def run_folders(flag: str, value: str, names: Iterable[str]) -> None:
+    """The folders `names` inside the directory `flag=value` (an earlier run's `episodes/`,
+    `videos/`, ...), each probed as the directory itself is: a folder of a finished run that
+    takes no new file (read-only, `chattr +i`, a file or a dangling link in its place) is
+    refused before any work, not met when the rerun first writes there."""
+    root = Path(value).expanduser().absolute()
+    for name in names:
+        folder = root / name
+        if folder.exists() or folder.is_symlink():
+            _probe(flag, value, _nearest_folder(flag, value, folder))

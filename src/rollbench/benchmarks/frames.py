@@ -133,6 +133,25 @@ def _current(ctx: Any) -> Iterator[None]:
             EGL.eglMakeCurrent(*before)
 
 
+def free_render_objects(env: Any) -> None:
+    """Free the MuJoCo render objects of a gymnasium MuJoCo env in its own GL context; call
+    it before closing the env.
+
+    MuJoCo's render objects (an `MjrContext`: textures, buffers) are freed when Python
+    collects them, in whatever GL context is current then. After a close that is another
+    env's: MuJoCo's OSMesa `free()` leaves the current context current, and under EGL one
+    made current since (the next frame of another env) is; that env's objects of the same
+    ids are deleted and its frames come back black, without an error (found with libOSMesa
+    installed, where rollbench picks osmesa on a CPU machine).
+    """
+    renderer = getattr(getattr(env, "unwrapped", env), "mujoco_renderer", None)
+    for viewer in list(getattr(renderer, "_viewers", {}).values()):
+        con = getattr(viewer, "con", None)
+        if con is not None:
+            viewer.make_context_current()
+            con.free()  # MjrContext's destructor frees again later: nothing is left to free then
+
+
 def _free_all() -> None:
     with _lock:
         contexts, _all_contexts[:] = list(_all_contexts), []

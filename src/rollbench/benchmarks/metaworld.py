@@ -24,7 +24,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from rollbench.benchmarks.frames import MujocoVideoCamera, frame_shape
+from rollbench.benchmarks.frames import MujocoVideoCamera, frame_shape, free_render_objects
 from rollbench.benchmarks.native import NativeScene
 from rollbench.config.env import BenchmarkConfig, Feature, register_benchmark, split_tasks
 from rollbench.config.fields import opt
@@ -278,6 +278,7 @@ class MetaWorldTaskEnv(gym.Env):
         self._frame = None
         self._close_video()
         if self._env is not None:
+            free_render_objects(self._env)  # in this env's GL context, never another env's
             self._env.close()
             self._env = None
 

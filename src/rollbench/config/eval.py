@@ -140,7 +140,7 @@ class EvalConfig:
     shard_id: int = opt(0, "which shard of the plan this process runs (0-based)")
     num_shards: int = opt(1, "how many shards the plan is split into")
     max_retries: int = opt(2, "times a unit is retried after its worker crashed or hung")
-    step_timeout_s: float = opt(120.0, "a step (or reset) taking longer than this counts as a hang")
+    step_timeout_s: float = opt(120.0, "a step, reset or policy call taking longer than this counts as a hang")
 
     def __post_init__(self) -> None:
         if self.n_episodes < 1:
@@ -160,6 +160,7 @@ class EvalConfig:
         if self.paraphrases:
             perturb.paraphrase_table(self.paraphrases)
         if self.perturb:
+            perturb.check_sweep(perturb.parse(self.perturb), self.perturb, "--eval.perturb")
             paraphrased = any(perturb.condition(c).get("language.paraphrase") for c in self.conditions)  # parses them
             if paraphrased and not self.paraphrases:
                 raise ConfigError("--eval.perturb: language.paraphrase needs --eval.paraphrases=FILE, the paraphrases of "

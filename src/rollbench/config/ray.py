@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
 from rollbench.config.fields import opt
 from rollbench.errors import ConfigError
+
+#: what --ray.address takes besides auto: [ray://]HOST:PORT, HOST a name, an IPv4 or a bracketed IPv6 address
+ADDRESS = re.compile(r"(ray://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>[0-9]{1,5})")
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,7 @@ class RayConfig:
     )
 
     def __post_init__(self) -> None:
+        self._check_address()
         if not self.connect_timeout_s > 0:
             raise ConfigError(f"--ray.connect_timeout_s={self.connect_timeout_s} is not allowed; it must be > 0")
         if self.actors is not None and self.actors < 1:
@@ -53,3 +58,15 @@ class RayConfig:
                 f"--ray.units_per_call={self.units_per_call}: the flag is gone; Ray actors now take episodes slot by "
                 f"slot, as local workers do: use --ray.queue_per_slot (episodes queued behind each slot's running one)"
             )
+
+    def _check_address(self) -> None:
+        """The form of --ray.address, when the flags are read (Ray's own check comes after the
+        policy is built, as `ValueError: Invalid address format`)."""
+        found = ADDRESS.fullmatch(self.address)
+        if not self.address or self.address == "auto" or (found and 0 < int(found["port"]) < 65536):
+            return
+        raise ConfigError(
+            f"--ray.address={self.address!r} is not allowed; give HOST:PORT of the cluster's head (e.g. 10.0.0.5:6379, "
+            f"the address `ray start --head` printed; ray://HOST:10001 for Ray Client), auto (the cluster `ray start` "
+            f"runs on this machine), or leave it empty (a local instance for this run)"
+        )

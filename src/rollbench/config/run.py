@@ -15,6 +15,9 @@ from rollbench.config.ray import RayConfig
 from rollbench.config.tune import TuneConfig
 from rollbench.errors import ConfigError
 
+#: the largest seed an episode may have: numpy's legacy RandomState (robosuite under LIBERO,
+#: gym.Env.np_random's callers) takes 0..2**32-1, and gymnasium refuses negative seeds
+MAX_SEED = 2**32 - 1
 #: --policy.* options never written anywhere (a policy server's key)
 SECRET_OPTIONS = ("api_key",)
 #: --policy.* options that say how to reach a policy, not which one: not part of a run's
@@ -66,6 +69,7 @@ class RunConfig:
             raise ConfigError(f"--workers={self.workers} is not allowed; it must be >= 1")
         if self.slots_per_worker is not None and self.slots_per_worker < 1:
             raise ConfigError(f"--slots_per_worker={self.slots_per_worker} is not allowed; it must be >= 1")
+        self._check_executor_flags()
         if self.executor != "local" and self.launch != "none":
             raise ConfigError(
                 f"--executor={self.executor} with --launch={self.launch} is not allowed: --launch starts local "
@@ -78,8 +82,30 @@ class RunConfig:
                 f"read it, then pass --trust_remote_code=true to allow it"
             )
 
+    def _check_executor_flags(self) -> None:
+        """An executor's flags without that executor would be ignored, which a user would take as applied."""
+        if self.executor != "ray":
+            given = next((f for f in dataclasses.fields(RayConfig) if getattr(self.ray, f.name) != f.default), None)
+            if given is not None:
+                raise ConfigError(f"--ray.{given.name}={getattr(self.ray, given.name)} is an option of --executor=ray, "
+                                  f"and this run's executor is {self.executor}; add --executor=ray or drop the flag")
+            return
+        for name, ray_flag in (("workers", "--ray.actors"), ("slots_per_worker", "--ray.slots_per_actor")):
+            value = getattr(self, name)
+            if isinstance(value, int):
+                raise ConfigError(f"--{name}={value} sets this machine's worker processes, which --executor=ray does not "
+                                  f"start; give {ray_flag} instead")
+
     def _check_seeds(self) -> None:
         seeds, n = self.seeds, self.eval.n_episodes
+        for s in seeds or (self.seed,):
+            if not 0 <= s <= MAX_SEED - (n - 1):
+                flag = f"--seeds={','.join(map(str, seeds))}" if seeds else f"--seed={self.seed}"
+                raise ConfigError(
+                    f"{flag} is not allowed: seed {s} gives episodes the seeds {s}..{s + n - 1} "
+                    f"(--eval.n_episodes={n}), and envs take seeds 0..{MAX_SEED} (numpy's); give seeds "
+                    f"0..{MAX_SEED - (n - 1)}"
+                )
         if not seeds:
             return
         flag = f"--seeds={','.join(map(str, seeds))}"
@@ -131,5 +157,8 @@ class RunConfig:
             "n_episodes": self.eval.n_episodes,
             # a sweep's conditions decide which episode index is which condition's episode
             **({"conditions": list(self.eval.conditions)} if len(self.eval.conditions) > 1 else {}),
+            # crossed conditions draw each axis's noise apart since issue 46 (common random numbers):
+            # a run logged before with the old joint draws is another run, not one to resume
+            **({"draws": "per_axis"} if any("&" in c for c in self.eval.conditions) else {}),
             **({"paraphrases": self.eval.paraphrases} if "language.paraphrase=" in self.eval.perturb else {}),
         }

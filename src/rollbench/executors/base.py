@@ -22,6 +22,7 @@ from rollbench.plan import EpisodeUnit, UnitKey, shard
 from rollbench.results.adaptive import Stops
 from rollbench.results.eval_info import ExecutionFacts
 from rollbench.results.merge import Merged
+from rollbench.results.owners import Claim
 from rollbench.results.records import EpisodeRecord
 
 
@@ -39,6 +40,7 @@ class Run:
     continuing: bool  # the directory held this run already
     opened_at: float  # unix time
     stops: Stops | None = None  # --eval.ci_width: what each task's stop rule has decided so far
+    claim: Claim | None = None  # this process owns the directory until the run ends (`results.owners`)
 
 
 class Executor(abc.ABC):

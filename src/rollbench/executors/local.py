@@ -96,5 +96,6 @@ class LocalExecutor(Executor):
 
     def close(self) -> None:
         if self.policy is not None:
-            self.policy.close()
+            if not (self.ctx is not None and self.ctx.hung):  # a policy left inside a hung call is not closed:
+                self.policy.close()  # its close could wait for that call, and the process ends now anyway
             self.policy = None

@@ -30,6 +30,7 @@ requeues, adaptive stops and pacing are the local executor's code. What differs:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -363,7 +364,7 @@ class RayExecutor(Executor):
                 # a local instance for this run: its workers see this process's imports (plugins on sys.path)
                 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
                 kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
-            ray.init(**kwargs)
+            _join(ray, kwargs, cfg.ray.address)
             started = True
         res = ray.cluster_resources()
         rc = cfg.ray
@@ -409,27 +410,101 @@ class RayExecutor(Executor):
             self.ray.shutdown()
 
 
+#: what a gRPC server (Ray's GCS, a Ray Client server) is sent first: HTTP/2's client preface and
+#: an empty SETTINGS frame; it answers with a SETTINGS frame of its own
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_H2_SETTINGS = 4
+
+
 def check_reachable(address: str, timeout_s: float) -> None:
-    """Before `ray.init(address=...)`, which retries an unreachable cluster forever (printing
-    GCS warnings): is anything listening at HOST:PORT? Retried until `timeout_s`, then one line.
-    `auto` and other forms are left to Ray, which fails fast on them."""
+    """Before `ray.init(address=...)`, which retries an address nobody answers at forever and one
+    where something else answers for ~20 s, printing GCS warnings all along: does a gRPC server
+    (Ray's) answer at HOST:PORT? Retried until `timeout_s`, then one line naming what answered.
+    `auto` is left to Ray, which fails fast on it."""
     host, sep, port = address.removeprefix("ray://").rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
     if not sep or not host or not port.isdigit():
         return
+    flag, where = f"--ray.address={address}", f"{host}:{port}"
+    todo = (f"start one there (`ray start --head --port={port}`) or fix the address (auto: the cluster `ray start` "
+            f"runs on this machine; empty: a local one for this run)")
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            with socket.create_connection((host, int(port)), timeout=max(0.1, min(5.0, deadline - time.monotonic()))):
-                return
+            conn = socket.create_connection((host, int(port)), timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+            break
         except OSError as err:
             if time.monotonic() >= deadline:
-                raise ConfigError(
-                    f"--ray.address={address}: no Ray cluster answers at {host}:{port} within {timeout_s:g} s "
-                    f"({err.strerror or err}); start one there (`ray start --head --port={port}`), fix the address "
-                    f"(auto: the cluster `ray start` runs on this machine; empty: a local one for this run), or "
-                    f"raise --ray.connect_timeout_s"
-                ) from None
+                raise ConfigError(f"{flag}: no Ray cluster answers at {where} within {timeout_s:g} s "
+                                  f"({err.strerror or err}); {todo}, or raise --ray.connect_timeout_s") from None
         time.sleep(0.25)
+    with conn:  # a GCS answers within milliseconds: a connect that took the whole timeout still gets a moment
+        answer, silent = _h2_answer(conn, max(deadline, time.monotonic() + min(2.0, timeout_s)))
+    if len(answer) >= 9 and answer[3] == _H2_SETTINGS:
+        return
+    if silent:
+        what = f"accepts connections but did not answer as a Ray cluster within {timeout_s:g} s"
+    elif answer:
+        what = f"answered {bytes(answer[:24])!r}, which is not Ray's (gRPC)"
+    else:
+        what = "closed the connection without answering as a Ray cluster would"
+    raise ConfigError(f"{flag}: something at {where} {what}: is it the port of another service? Give the port of the "
+                      f"cluster's head (`ray start --head` printed it; 6379 by default), {todo}")
+
+
+def _h2_answer(conn: socket.socket, deadline: float) -> tuple[bytes, bool]:
+    """What the server on `conn` answers HTTP/2's preface with (its first frame header, or what
+    it sent instead) by `deadline`; and whether it was silent until then."""
+    answer = b""
+    try:
+        conn.sendall(_H2_PREFACE)
+        while len(answer) < 9:
+            conn.settimeout(max(0.1, deadline - time.monotonic()))
+            chunk = conn.recv(64)
+            if not chunk:
+                return answer, False
+            answer += chunk
+    except TimeoutError:
+        return answer, not answer
+    except OSError:
+        pass
+    return answer, False
+
+
+@contextlib.contextmanager
+def _ray_output_to_debug_log() -> Iterator[None]:
+    """Ray's start-up writes (its C++ core's GCS warnings, its INFO lines) to file descriptor 2:
+    caught while `ray.init` runs and logged at debug level (`--debug` shows them), so the
+    terminal shows rollbench's lines only."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            for line in caught.read().decode(errors="replace").splitlines():
+                if line.strip():
+                    log.debug("ray: %s", line)
+
+
+def _join(ray: Any, kwargs: dict[str, Any], address: str) -> None:
+    """`ray.init(**kwargs)`, its output in the debug log; failing to join the cluster at --ray.address
+    is one line naming it."""
+    try:
+        with _ray_output_to_debug_log():
+            ray.init(**kwargs)
+    except Exception as err:  # Ray's ConnectionError, its own exceptions: one line, where the user named a cluster
+        if not address:
+            raise
+        raise ConfigError(f"--ray.address={address}: Ray could not join the cluster there ({type(err).__name__}: "
+                          f"{message_line(err)}); check that `ray status --address={address}` answers on this "
+                          f"machine, that both run the same Ray version, or leave --ray.address empty for a "
+                          f"local instance (--debug shows Ray's log)") from None
 
 
 def _node_resources(ray: Any) -> list[dict[str, float]]:

@@ -22,17 +22,18 @@ import importlib
 import importlib.util
 import json
 import logging
+import tempfile
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rollbench import timeline
+from rollbench import quiet, timeline
 from rollbench.config.env import ActionProcessor, BenchmarkConfig, ObsProcessor, identity
 from rollbench.config.policy import PolicyConfig
 from rollbench.errors import ConfigError, PolicyError, did_you_mean, error_line
@@ -202,6 +203,25 @@ def check_type(ckpt: Path, raw: Mapping[str, Any], expected: str | None) -> None
     )
 
 
+_TEMP_LOCK = threading.Lock()
+
+
+@contextmanager
+def _private_temp_dir() -> Iterator[None]:
+    """LeRobot's `PreTrainedConfig.from_pretrained` writes the config to a temporary file that it
+    never removes (`NamedTemporaryFile(delete=False)`: one `tmp*.json` in /tmp per load, in every
+    process that loads); inside this block temporary files go to a folder removed after it. It
+    runs before the policy's own threads start (no other thread of rollbench's makes temporary
+    files meanwhile); the lock keeps two loads in one process from sharing the swap."""
+    with _TEMP_LOCK, tempfile.TemporaryDirectory(prefix="rollbench-lerobot-") as folder:
+        saved = tempfile.tempdir
+        tempfile.tempdir = folder
+        try:
+            yield
+        finally:
+            tempfile.tempdir = saved
+
+
 def load_config(ckpt: Path, raw: Mapping[str, Any], options: Mapping[str, str], device: str, use_amp: bool) -> Any:
     """The checkpoint's `PreTrainedConfig` with the flags applied, or a ConfigError saying why not."""
     from lerobot.configs.policies import PreTrainedConfig  # optional: lerobot
@@ -223,7 +243,8 @@ def load_config(ckpt: Path, raw: Mapping[str, Any], options: Mapping[str, str], 
     overrides = [f"--{k}={v}" for k, v in options.items()]
     overrides += [f"--device={device}", f"--use_amp={str(use_amp).lower()}"]
     try:
-        return PreTrainedConfig.from_pretrained(str(ckpt), cli_overrides=overrides)
+        with _private_temp_dir():
+            return PreTrainedConfig.from_pretrained(str(ckpt), cli_overrides=overrides)
     except (Exception, SystemExit) as err:  # draccus exits on a bad value; the config validates in __post_init__
         raise ConfigError(f"--policy.path={ckpt}: cannot build its {ptype!r} config with {' '.join(overrides)} ({error_line(err)})") from None
 
@@ -393,7 +414,9 @@ class LeRobotPolicy(Policy):
 
     def _load(self, ckpt: Path) -> None:
         try:
-            self.policy, self.preprocessor, self.postprocessor = load_policy(self.cfg, ckpt)
+            with quiet.to_debug_log("lerobot"):  # its "Loading weights from local directory" (a print)
+                self.policy, self.preprocessor, self.postprocessor = load_policy(self.cfg, ckpt)
+            quiet.reclaim()
             self.policy.eval()
             if self.owns_env_processors:
                 self.env_pre, self.env_post, dropped = env_pipelines(self.cfg, self._benchmark, self.preprocessor)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from rollbench.config.env import BenchmarkConfig
+from rollbench.errors import ConfigError
 from rollbench.policies.base import EpisodeStart, Policy
 
 
@@ -127,12 +128,28 @@ class _Streams:
                     torch.cuda.set_rng_state_all(outside[1])
 
 
+def check_has_weights(policy: Any) -> None:
+    """--policy.fresh_weights=true on a policy without torch weights would copy nothing and change
+    nothing, which the user would take as applied: refused when the policy is built. A policy that
+    loads in the background (its own `ready`: LeRobot's) is not waited for here; it has weights."""
+    if isinstance(policy, Policy) and type(policy).ready is not Policy.ready:
+        return
+    if not torch_modules(policy):
+        name = getattr(policy, "name", None) or type(policy).__name__
+        raise ConfigError(
+            f"--policy.fresh_weights=true gives each episode its own copy of the policy's torch weights, and policy "
+            f"{name} has none (its torch_modules() is empty), so nothing could change between episodes; drop the flag "
+            f"(a policy that trains at test time must list its modules in torch_modules())"
+        )
+
+
 class FreshWeights(Policy):
     """`--policy.fresh_weights=true`: each episode acts with its own deep copy of the policy as
     it was built, made at its slot's reset and called with that slot's row alone, so what one
     episode's calls write into the weights reaches no other episode, batch-mates included."""
 
     def __init__(self, pristine: Any) -> None:
+        check_has_weights(pristine)
         self.pristine = pristine  # never called: the source of every episode's copy
         self.cheap = bool(getattr(pristine, "cheap", False))  # type: ignore[misc]
         self.steps_per_inference = max(1, int(getattr(pristine, "steps_per_inference", 1) or 1))

@@ -17,7 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from rollbench.caches import keep_matplotlib_in_cache
 from rollbench.results.summary import wilson
+
+# before any matplotlib import (each chart imports it lazily): its font cache goes to rollbench's
+# cache folder, not ~/.cache/matplotlib
+keep_matplotlib_in_cache()
 
 SUCCESS = "#2b8a3e"
 FAILURE = "#c92a2a"

@@ -232,11 +232,24 @@ def _check_other(other: Path, identity: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def precheck(cfg: Any) -> None:
-    """Before anything is written: refuse another run that cannot pair with this one, if it
-    has started (one that has not is waited for when the run opens)."""
+    """Before anything is written or waited for: refuse a directory that is no run's (missing, a
+    file, a folder of runs) and another run that cannot pair with this one, if it has started.
+    Only an existing directory without its run.json yet (a run starting there, e.g. two runs
+    started against each other) is waited for, when the run opens."""
     other = Path(cfg.eval.versus)
+    flag = f"--eval.versus={cfg.eval.versus!r}"
     if (other / MANIFEST).exists():
         _check_other(other, cfg.identity())
+        return
+    if not other.exists():
+        raise ConfigError(f"{flag}: no such directory; name the --output_dir of a rollbench eval run (finished, or "
+                          f"running now: to start two runs against each other, make both output directories first)")
+    if not other.is_dir():
+        raise ConfigError(f"{flag} is a file; name the --output_dir of a rollbench eval run")
+    runs = sorted(p.parent.name for p in other.glob(f"*/{MANIFEST}"))
+    if runs:
+        raise ConfigError(f"{flag} holds no {MANIFEST} but runs below it ({', '.join(runs[:3])}"
+                          f"{', ...' if len(runs) > 3 else ''}); name the --output_dir of one run")
 
 
 def versus_rule(cfg: Any) -> VersusRule:

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from rollbench import quiet
 from rollbench.config.eval import RecordRule
 from rollbench.errors import ConfigError, error_line
 from rollbench.results.records import EpisodeRecord
@@ -72,10 +73,11 @@ def dataset_repo_id(output_dir: Path, given: str | None) -> str:
     return given or f"rollbench/{re.sub(r'[^A-Za-z0-9_.-]', '_', output_dir.resolve().name) or 'eval'}"
 
 
+#: the user's own cache for `datasets` (HF_DATASETS_CACHE), if they set one: rollbench keeps it
+_USER_DATASETS_CACHE = os.environ.get("HF_DATASETS_CACHE")
+
+
 def _lerobot_dataset(output_dir: Path) -> Any:
-    # LeRobot reads parquet metadata through `datasets`, which caches Arrow copies under
-    # ~/.cache by default: hundreds of MB per run; keep them with the run unless set
-    os.environ.setdefault("HF_DATASETS_CACHE", str(output_dir / ".cache" / "hf-datasets"))
     _quiet_lerobot_datasets()
     try:
         from lerobot.datasets.lerobot_dataset import LeRobotDataset  # optional: lerobot
@@ -84,30 +86,32 @@ def _lerobot_dataset(output_dir: Path) -> Any:
     import datasets  # optional: comes with lerobot
 
     datasets.disable_progress_bars()  # `Map: 100%` once per episode
+    if not _USER_DATASETS_CACHE:
+        # LeRobot reads parquet files through `datasets`, which caches Arrow copies of them in
+        # ~/.cache/huggingface/datasets: hundreds of MB per run; they stay with the run (and are
+        # removed once its dataset is joined). Its config, not the variable: `datasets` reads
+        # HF_DATASETS_CACHE once, at its import, which loading a LeRobot policy has done already.
+        datasets.config.HF_DATASETS_CACHE = output_dir / ".cache" / "hf-datasets"
+    quiet.reclaim()  # a terminal handler that LeRobot's import added to the root logger
     return LeRobotDataset
-
-
-class _ToDebug(logging.Handler):
-    """The root logger's handler in a rollbench process that records: what LeRobot's dataset
-    code logs there (0.4.4: `logging.warning` on the root logger; 0.6: module loggers that
-    propagate to it), e.g. that torchcodec cannot load (with its whole traceback, on 0.6), goes to
-    rollbench's debug log (`--debug`), not to the terminal."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if not record.name.startswith("rollbench"):  # rollbench's own (an embedding program's) are not LeRobot's
-            log.debug("%s: %s", record.name, record.getMessage())
 
 
 @functools.cache
 def _quiet_lerobot_datasets() -> None:
     """Keep LeRobot's dataset messages out of rollbench's output; once per process, before the
-    first import of LeRobot's dataset code (torchcodec's warning comes at import)."""
-    root = logging.getLogger()
-    if not root.handlers:  # a host program's (or pytest's) logging setup is left as it is
-        root.addHandler(_ToDebug())
+    first import of LeRobot's dataset code (torchcodec's warning comes at import). What it logs
+    goes to the debug log (rollbench.quiet, installed by the CLI)."""
     # compute_stats: `RuntimeWarning: Converting input from bool to <class 'numpy.uint8'>`
     warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"lerobot\.datasets\.")
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    import av  # optional: comes with lerobot
+
+    # LeRobot's video code hands libav's log back to libav's own printer to fd 2 after each video
+    # (`av.logging.restore_default_callback()`), which prints at libav's INFO level: the mp4
+    # muxer's "Starting second pass" once per joined video. Errors only, unless --debug.
+    set_libav_level = getattr(av.logging, "set_libav_level", None)  # PyAV >= 14
+    if set_libav_level is not None and not logging.getLogger("rollbench").isEnabledFor(logging.DEBUG):
+        set_libav_level(av.logging.ERROR)
 
 
 class _Discard(io.TextIOBase):
@@ -244,7 +248,8 @@ class PartWriter:
             if failed:
                 continue  # drained, so that a full queue never blocks the lifecycle, which will raise
             try:
-                write_part(self.output_dir, rec, self.fps, self.task_of(rec), self.repo_id, self.sweep)
+                with quiet.to_debug_log("lerobot dataset"):  # what the writer prints, not the scheduler
+                    write_part(self.output_dir, rec, self.fps, self.task_of(rec), self.repo_id, self.sweep)
             except BaseException as err:  # handed to the lifecycle, which stops the run with it
                 self.done.put(err)
                 failed = True

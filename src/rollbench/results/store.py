@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from rollbench.errors import ConfigError
+from rollbench.results import owners
 from rollbench.results.log import EPISODES_DIR, log_files, writer_process
+from rollbench.results.owners import Claim, Writer
 
 MANIFEST = "run.json"
 #: --eval.* fields of an adaptive run's stop rule: no part of its identity, but `merge` reads them
@@ -37,11 +39,14 @@ STARTING_S = 120.0
 
 
 def is_running(output_dir: Path) -> bool:
-    """Whether a run probably still writes episodes into `output_dir`: some writer of its
+    """Whether a run still writes episodes into `output_dir`: one that claimed it holds its
+    owner file's lock (`owners`). A directory written before owner files existed: some writer of its
     episode log (`episodes/shard<i>of<n>-<host>-<pid>.jsonl`) wrote in the last `QUIET_S`
     and, on this machine, its process is alive; or, before any log exists, its run.json is
     younger than `STARTING_S`. A wrong "yes" costs a wait of at most `QUIET_S`; a wrong "no"
     only lets a comparison's run go ahead of it (`report/versus.py`)."""
+    if (output_dir / owners.OWNERS_DIR).is_dir():  # its writers hold locks: ask them
+        return owners.any_live(output_dir)
     now = time.time()
     files = log_files(output_dir)
     for path in files:
@@ -108,14 +113,26 @@ def _moved_commit_hint(old: dict[str, Any], new: dict[str, Any]) -> str:
             f"run with the checkpoint it began with. ")
 
 
-def prepare(output_dir: Path, identity: dict[str, Any], config: dict[str, Any], resume: bool) -> bool:
-    """Make `output_dir` ready; True when it continues an earlier run.
+def prepare(output_dir: Path, config: dict[str, Any], writer: Writer) -> tuple[bool, Claim]:
+    """Make `output_dir` ready and claim it for `writer` (`owners`); True when it continues an
+    earlier run. The claim is held until released (the end of the run) or the process dies.
 
-    A directory that holds a run with a different identity (benchmark, tasks, policy,
-    seed, episodes) is refused with the differences listed, unless resume is off, in which
-    case the old episodes are set aside (renamed, never deleted) and the run starts over.
+    A directory that another live run writes into is refused (`owners.claim`). A directory
+    that holds a run with a different identity (benchmark, tasks, policy, seed, episodes) is
+    refused with the differences listed, unless resume is off, in which case the old episodes
+    are set aside (renamed, never deleted) and the run starts over.
     """
     output_dir.mkdir(parents=True, exist_ok=True)  # checked before any work (lifecycle.check_outputs)
+    with owners.section(output_dir):  # the check and the write of run.json, one run at a time
+        claim = owners.claim(output_dir, writer)
+        try:
+            return _prepare(output_dir, writer.identity, config, writer.resume), claim
+        except BaseException:
+            claim.release()
+            raise
+
+
+def _prepare(output_dir: Path, identity: dict[str, Any], config: dict[str, Any], resume: bool) -> bool:
     manifest = output_dir / MANIFEST
     episodes = output_dir / EPISODES_DIR
     continuing = False

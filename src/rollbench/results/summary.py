@@ -200,7 +200,7 @@ def seed_results(body: dict[str, Any], merged: Merged, seeds: Sequence[int], n_e
     p = pooled["n_success"] / pooled["n_episodes"] if pooled["n_episodes"] else None
     noise = (100.0 * math.sqrt(p * (1 - p) / (sum(per_block) / len(per_block))) if p is not None and per_block else None)
     body["across_seeds"] = {
-        "seeds": list(seeds), "n_seeds": len(rates),
+        "seeds": list(seeds), "n_seeds": len(seeds),  # every seed given: a seed with no finished episode pools none
         # the headline: every seed's episodes pooled, with the Wilson interval of `overall`
         "pc_success": pooled["pc_success"], "pc_success_ci95": pooled["pc_success_ci95"],
         # an adaptive run's `overall` is the mean of its tasks' rates, with a normal interval

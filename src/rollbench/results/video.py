@@ -4,7 +4,10 @@
 `start(key, path, fps)` opens an episode, `add(key, frame)` queues a frame, `finish(key)`
 closes it; the encoder thread writes `path` through a temporary name and renames it when
 complete, so a file at `path` is always a whole video. Stepping never waits on encoding
-(only on the queue, which is bounded so a slow encoder cannot eat all memory).
+(only on the queue, which is bounded so a slow encoder cannot eat all memory), except at the
+end of a filmed episode: `finish` returns once its video is in place, so the episode's record,
+which names the video, is made (and logged) after the file exists; a kill between the two
+leaves an episode to run (and film) again, never a record whose video is missing.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import logging
 import os
 import queue
 import threading
+from collections.abc import Iterable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,8 @@ from typing import Any
 import numpy as np
 
 from rollbench.errors import ConfigError
+from rollbench.results.log import EPISODES_DIR
+from rollbench.results.records import EpisodeRecord
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +40,14 @@ def steps_per_frame(fps: int, video_fps: int) -> int:
 
 def video_path(output_dir: str | Path, task_group: str, task_id: int, episode_index: int) -> Path:
     return Path(output_dir) / "videos" / f"{task_group}_{task_id}" / f"episode_{episode_index}.mp4"
+
+
+def missing(root: Path, records: Iterable[EpisodeRecord], recursive: bool = False) -> list[str]:
+    """The videos that records name and that are not on disk: under `root`, or (`recursive`: a
+    merge of copied run directories) under a run directory below it."""
+    roots = [root, *(p.parent for p in root.glob(f"**/{EPISODES_DIR}"))] if recursive else [root]
+    return [r.video_path for r in records
+            if r.video_path and not any((base / r.video_path).is_file() for base in roots)]
 
 
 def check_encoder() -> None:
@@ -83,6 +97,10 @@ class _Episode:
         os.replace(self.tmp, self.path)
 
 
+class _Done(threading.Event):
+    written = False
+
+
 class VideoRecorder:
     def __init__(self) -> None:
         self._q: queue.Queue[tuple[str, Any, Any]] = queue.Queue(maxsize=QUEUE_FRAMES)
@@ -100,8 +118,11 @@ class VideoRecorder:
                     self._open[key] = payload
                 elif op == "frame" and key in self._open:
                     self._open[key].add(payload)
-                elif op == "finish" and key in self._open:
-                    self._open.pop(key).close()
+                elif op == "finish":
+                    if key in self._open:
+                        self._open.pop(key).close()
+                        payload.written = True
+                    payload.set()
                 elif op == "drop" and key in self._open:
                     ep = self._open.pop(key)
                     if ep.container is not None:
@@ -109,6 +130,8 @@ class VideoRecorder:
                         ep.tmp.unlink(missing_ok=True)
             except Exception as err:  # a video must never take an episode down
                 self._open.pop(key, None)
+                if op == "finish":
+                    payload.set()  # not written
                 self.errors.append(f"video {key}: {type(err).__name__}: {err}")
                 log.warning("video for %s failed: %s", key, err)
 
@@ -125,8 +148,13 @@ class VideoRecorder:
         if frame is not None:
             self._put(("frame", key, np.array(frame, copy=True)))
 
-    def finish(self, key: Any) -> None:
-        self._put(("finish", key, None))
+    def finish(self, key: Any) -> bool:
+        """Close the episode's video and wait until it is in place; whether it was written
+        (False: the encoder failed on it, said in `errors`, or it had no frame)."""
+        done = _Done()
+        self._put(("finish", key, done))
+        done.wait()
+        return done.written
 
     def drop(self, key: Any) -> None:
         """The episode failed: discard its partial video."""

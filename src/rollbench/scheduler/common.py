@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
+import sys
+import threading
+import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -16,7 +21,7 @@ from rollbench import perturb, timeline
 from rollbench.config.env import BenchmarkConfig
 from rollbench.config.eval import RecordRule
 from rollbench.config.policy import PolicyConfig
-from rollbench.errors import ConfigError, EpisodesLost, PolicyError
+from rollbench.errors import ConfigError, EpisodesLost, PolicyError, PolicyHang
 from rollbench.perturb import Perturber
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import EpisodeStart, Policy, PolicyContext, check_actions, make_policy
@@ -27,6 +32,165 @@ from rollbench.scheduler.shm import stack_any
 
 #: how often a scheduler whose every unit left is held back (`Stops.ready`: pacing) looks again
 HELD_POLL_S = 0.2
+
+
+#: a hung policy call in the main thread that an exception raised in it did not end after this
+#: many seconds (C code that holds on) ends the process itself (`PolicyWatch`)
+HANG_GRACE_S = 5.0
+#: the signal that raises `PolicyHang` in the main thread (pytest-timeout owns SIGALRM)
+HANG_SIGNAL = signal.SIGUSR1
+
+
+@dataclass
+class _Call:
+    """A policy call in progress: in which thread, since when, on which episodes."""
+
+    thread: int
+    what: str  # "act" or "reset"
+    episodes: Callable[[], Sequence[EpisodeUnit]]
+    since: float
+    message: str = ""  # set: it overran the timeout (a hang), and this says so
+
+
+#: the call the main thread is inside of, for the signal handler (one main thread per process)
+_main_call: _Call | None = None
+
+
+def _raise_in_main(signum: int, frame: Any) -> None:
+    """HANG_SIGNAL's handler: raise `PolicyHang` in the main thread's overdue policy call (a
+    signal also ends a blocking sleep, lock wait or socket read); anything else ignores it."""
+    call = _main_call
+    if call is not None and call.message:
+        raise PolicyHang(call.message)
+
+
+class PolicyWatch:
+    """Bounds the policy calls a scheduler makes in this process (driver placement, lockstep):
+    a call that has not returned within `timeout_s` (`--eval.step_timeout_s`) is a hang.
+
+    A call in progress cannot be stopped safely (the policy's state, a connection half-way
+    through a request), so a hang ends the run in one line that names the policy, the call
+    and its episodes; the episodes logged so far are durable, so the same command resumes. A watchdog thread sees the hang: in the main thread a `PolicyHang` is raised
+    inside the call (`HANG_SIGNAL`); a lockstep task runner's call is seen by the main
+    thread's loop (`check`). A main-thread call that does not give way within HANG_GRACE_S
+    (C code that holds on) ends the process: the line on stderr, exit code 1. `timeout_s`
+    None watches nothing.
+    """
+
+    def __init__(self, timeout_s: float | None, ctx: StepContext | None = None, policy: Policy | None = None) -> None:
+        self.timeout_s = timeout_s
+        self.ctx = ctx
+        # the policy's `ready`, waited for once, unwatched (a checkpoint loading in the background)
+        self.ready: Callable[[], None] | None = policy.ready if policy is not None else None
+        self.hung: _Call | None = None
+        self._calls: dict[int, _Call] = {}  # thread ident -> its call in progress
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+
+    def __enter__(self) -> PolicyWatch:
+        if self.timeout_s is None:
+            return self
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(HANG_SIGNAL) in (
+            signal.SIG_DFL, _raise_in_main,
+        ):  # installed once, and kept: a signal sent as a call ends must never meet the default (exit)
+            signal.signal(HANG_SIGNAL, _raise_in_main)
+        threading.Thread(target=self._watch, name="rollbench-policy-watch", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._closed.set()
+
+    @contextlib.contextmanager
+    def call(self, what: str, episodes: Callable[[], Sequence[EpisodeUnit]]) -> Iterator[None]:
+        """Watch one policy call (`what`: "act" or "reset") on the units `episodes()` names."""
+        global _main_call
+        if self.timeout_s is None:
+            yield
+            return
+        if self.ready is not None:
+            ready, self.ready = self.ready, None
+            ready()
+        ident = threading.get_ident()
+        call = _Call(ident, what, episodes, time.monotonic())
+        main = ident == threading.main_thread().ident
+        with self._lock:
+            self._calls[ident] = call
+            if main:
+                _main_call = call
+        try:
+            yield
+        finally:
+            if main:
+                _main_call = None  # first: from here on the signal raises nothing
+            with self._lock:
+                self._calls.pop(ident, None)
+            if call.message:  # also when it returned late, or swallowed the PolicyHang raised in it
+                raise PolicyHang(call.message)
+
+    def check(self) -> None:
+        """Raise the hang a call in another thread is in (a lockstep task runner's): the run
+        ends in this thread, so the watchdog has nothing more to do."""
+        if self.hung is not None:
+            self.__exit__()
+            raise PolicyHang(self.hung.message)
+
+    def stuck(self, thread: int | None) -> bool:
+        """Whether `thread` is in a policy call that has overrun the timeout (it may never return)."""
+        call = self._calls.get(thread) if thread is not None else None
+        return call is not None and self.timeout_s is not None and time.monotonic() - call.since > self.timeout_s
+
+    def _watch(self) -> None:
+        assert self.timeout_s is not None
+        poll = min(0.5, self.timeout_s / 4)
+        while not self._closed.wait(poll):
+            now = time.monotonic()
+            with self._lock:
+                calls = list(self._calls.values())
+            for call in calls:
+                if not call.message and now - call.since > self.timeout_s:
+                    self._overdue(call)
+                elif call.message and now - call.since > self.timeout_s + HANG_GRACE_S:
+                    self._end_process(call)
+
+    def _overdue(self, call: _Call) -> None:
+        message = self._message(call)
+        with self._lock:
+            if self._closed.is_set() or self._calls.get(call.thread) is not call:
+                return  # it returned meanwhile
+            call.message = message
+            self.hung = self.hung or call
+            if self.ctx is not None:
+                self.ctx.hung.append(message)
+            if call is _main_call and signal.getsignal(HANG_SIGNAL) is _raise_in_main:
+                signal.pthread_kill(call.thread, HANG_SIGNAL)
+
+    def _end_process(self, call: _Call) -> None:
+        with self._lock:
+            if self._closed.is_set() or self._calls.get(call.thread) is not call:
+                return
+            text = f"rollbench: error: {call.message} (the call did not give way to the exception raised in it)\n"
+            try:
+                sys.stderr.flush()
+            except Exception:  # a closed or broken stderr: the line below is what counts
+                pass
+            os.write(2, text.encode(errors="replace"))
+            os._exit(PolicyHang.exit_code)
+
+    def _message(self, call: _Call) -> str:
+        try:
+            units = list({u.key: u for u in call.episodes()}.values())  # a short batch's padding repeats a unit
+        except Exception:  # read while the scheduler stands still in the call; never fail the watchdog
+            units = []
+        shown = ", ".join(u.label() for u in units[:5]) + (f" and {len(units) - 5} more" if len(units) > 5 else "")
+        n = f"{len(units)} episode{'' if len(units) == 1 else 's'}"
+        policy = f"policy {self.ctx.policy_name()}" if self.ctx is not None else "the policy"
+        return (
+            f"{policy} hung: its {call.what} call on {n} ({shown or 'unknown'}) did not return within "
+            f"--eval.step_timeout_s={self.timeout_s:g}s, so the run stops (a call in progress cannot be stopped "
+            f"safely); the episodes logged so far are kept: run the same command again to resume (raise "
+            f"--eval.step_timeout_s if the policy is only slow)"
+        )
 
 
 def cpu_count() -> int:
@@ -98,6 +262,9 @@ class StepContext:
     perturbers: dict[int, Perturber] = field(default_factory=dict, compare=False)
     #: id(policy) -> (a reference to it, the watch on its weights): `act` refuses a policy that changes them
     watches: dict[int, tuple[Callable[[], Any], WeightWatch | None]] = field(default_factory=dict, compare=False)
+    #: a policy call overran --eval.step_timeout_s (`PolicyWatch`): what was said. The policy is
+    #: then left as it is, not closed (its state is unknown: a close could wait for the hung call)
+    hung: list[str] = field(default_factory=list, compare=False)
 
     @classmethod
     def of_run(cls, cfg: Any) -> StepContext:

@@ -18,6 +18,7 @@ results do not depend on the mode, worker count or slot count.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -31,7 +32,7 @@ from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
 from rollbench.results.adaptive import Stops
 from rollbench.results.records import EpisodeRecord
-from rollbench.scheduler.common import HELD_POLL_S, StepContext, act_surviving
+from rollbench.scheduler.common import HELD_POLL_S, PolicyWatch, StepContext, act_surviving
 from rollbench.scheduler.pool import PoolOptions, Transport, WorkerHandle, WorkerPool, flat_layout, retry_or_fail
 from rollbench.scheduler.shm import stack_any
 from rollbench.scheduler.worker import Report, SlotError
@@ -129,6 +130,9 @@ class ContinuousScheduler(WorkerPool):
         # each runs alone on a worker (`alone`), and no worker gets other units while any wait
         self.suspects: deque[tuple[EpisodeUnit, int]] = deque()
         self.alone: set[int] = set()
+        # driver placement: a policy call that hangs ends the run in one line (worker
+        # placement: the worker's heartbeat stops, and the pool charges the call's episodes)
+        self.watch = PolicyWatch(opts.step_timeout_s if policy is not None else None, ctx, policy)
 
     # -- bookkeeping -----------------------------------------------------------------
     def _fill(self, w: WorkerHandle) -> None:
@@ -212,14 +216,18 @@ class ContinuousScheduler(WorkerPool):
                 assert unit.key == rec.key, (unit.key, rec.key)
                 w.started[i] = False
                 ended = True
+                self.ended(w)
                 yield rec
             else:
                 ended = True
+                self.ended(w)
                 yield from self._slot_error(w, event[1])
         started = [(i, u) for i, u in report.started() if w.started[i] and w.slots[i] and w.slots[i][0][0] == u]
         if started and self.policy is not None:
             k = self.opts.slots_per_worker
-            self.ctx.reset(self.policy, [w.index * k + i for i, _ in started], [self.ctx.episode_start(u) for _, u in started])
+            with self.watch.call("reset", lambda: [u for _, u in started]):
+                self.ctx.reset(self.policy, [w.index * k + i for i, _ in started],
+                               [self.ctx.episode_start(u) for _, u in started])
         if ended:
             self._close_finished_tasks()
 
@@ -297,7 +305,7 @@ class ContinuousScheduler(WorkerPool):
             if self.opts.placement == "worker":
                 yield from self._run_worker_placement()
             else:
-                with _torch_threads(self.opts.driver_threads):
+                with _torch_threads(self.opts.driver_threads), self.watch:
                     yield from self._run_driver_placement()
         finally:
             self.close()
@@ -385,7 +393,8 @@ class ContinuousScheduler(WorkerPool):
                 hi = min(lo + bound, len(slots))
                 part = batch if bound >= len(slots) else _rows(batch, lo, hi)
                 # episodes the policy lost (its server restarted) end as errors and run again
-                got, lost = act_surviving(self.ctx, self.policy, part, slots[lo:hi], prompts[lo:hi])
+                with self.watch.call("act", functools.partial(_heads, owners[lo:hi])):
+                    got, lost = act_surviving(self.ctx, self.policy, part, slots[lo:hi], prompts[lo:hi])
                 for r, a in got.items():
                     w, i = owners[lo + r]
                     actions[w.index][i] = a
@@ -396,6 +405,11 @@ class ContinuousScheduler(WorkerPool):
             if abandon[w.index]:
                 self.send(w, ("abandon", abandon[w.index]))
             self._send_step(w, actions[w.index])
+
+
+def _heads(owners: list[tuple[WorkerHandle, int]]) -> list[EpisodeUnit]:
+    """The units running on these (worker, slot)s: a policy call's episodes."""
+    return [w.slots[i][0][0] for w, i in owners]
 
 
 @contextlib.contextmanager

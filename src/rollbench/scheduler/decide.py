@@ -52,12 +52,14 @@ class Schedule:
     driver_threads: int | None = None
     worker_threads: int = 1  # OpenMP and torch threads of each worker: 1, or the user's $OMP_NUM_THREADS
     queue_per_slot: int = 1  # continuous: units queued behind each slot's running one
+    # why fewer workers run than asked for (--workers, the CPU cores, --ray.actors), or None
+    workers_reason: str | None = None
 
     def lockstep_options(self, cfg: RunConfig) -> LockstepOptions:
         assert self.mode == "lockstep" and self.envs_per_batch is not None
         pool = self._pool(cfg) if self.isolation == "process" and self.workers else None
         return LockstepOptions(self.envs_per_batch, self.use_async_envs, cfg.eval.max_parallel_tasks, video_plan(cfg), pool,
-                               cfg.eval.record_mode)
+                               cfg.eval.record_mode, step_timeout_s=cfg.eval.step_timeout_s)
 
     def pool_options(self, cfg: RunConfig) -> PoolOptions:
         assert self.mode == "continuous"
@@ -183,6 +185,7 @@ def decide(cfg: RunConfig, policy: Any, n_units: int, rec: Recommended | None = 
     """The schedule for running `n_units` units of `cfg` with `policy` (already built), and
     the render backend of this process and its workers, decided here once (`gpus`: those
     found, when the caller looked already; `cluster`: the workers are Ray actors)."""
+    asked = f"--workers={cfg.workers}" if cfg.workers is not None else None
     cfg = tuned(cfg, rec)
     gl_backend = choose_backend(cfg.render_device, gpus)
     threads = _user_threads() or 1
@@ -210,8 +213,10 @@ def decide(cfg: RunConfig, policy: Any, n_units: int, rec: Recommended | None = 
         requested = cfg.workers if isinstance(cfg.workers, int) else cpu_count()
         workers = max(1, min(envs, requested // cfg.eval.max_parallel_tasks)) if n_units else 0
         slots = math.ceil(envs / workers) if workers else 0
+        reason = (_fewer(asked, requested, workers, f"a lockstep batch holds {envs} envs, one at least per worker")
+                  if 0 < workers < requested // cfg.eval.max_parallel_tasks else None)
         return Schedule("lockstep", "driver", workers, slots, envs, None, False, gl_backend, "process",
-                        worker_threads=threads)
+                        worker_threads=threads, workers_reason=reason)
     if cfg.eval.batch_size is not None:
         log.warning(
             "--eval.batch_size=%d sets the envs of a lockstep batch (lerobot-eval's meaning); continuous mode runs "
@@ -223,10 +228,21 @@ def decide(cfg: RunConfig, policy: Any, n_units: int, rec: Recommended | None = 
     slots = cfg.slots_per_worker or default_slots(cfg.env.step_cost_ms, placement, requested)
     # never more workers than the units can keep busy: each worker takes at least one unit
     workers = min(requested, math.ceil(n_units / slots))
+    reason = (_fewer(asked, requested, workers, f"the {n_units} episodes to run fit in {workers} x {slots} slots "
+                     f"(--slots_per_worker={slots})") if 0 < workers < requested else None)
     rows = cfg.policy.max_batch_size if placement == "driver" else None
     driving = driver_threads(cpu_count(), workers) if placement == "driver" else None
     return Schedule("continuous", placement, workers, slots, None, rows, False, gl_backend,
-                    driver_threads=driving, worker_threads=threads)
+                    driver_threads=driving, worker_threads=threads, workers_reason=reason)
+
+
+def _fewer(asked: str | None, requested: int, workers: int, because: str, what: str = "workers") -> str:
+    """Why `workers` run where `requested` could: recorded in the schedule, and said once (info)
+    when the user asked for `requested` (`asked`: the flag; None: a default, the CPU cores)."""
+    reason = f"running {workers} of {requested} {what}: {because}"
+    if asked is not None:
+        log.info("%s: %s", asked, reason)
+    return reason
 
 
 def check_cluster_mode(cfg: RunConfig, mode: str) -> None:
@@ -251,6 +267,11 @@ def _on_cluster(cfg: RunConfig, policy: Any, n_units: int, mode: str, gl_backend
         slots = cfg.ray.slots_per_actor or (1 if cheap else default_slots(cfg.env.step_cost_ms, "driver", 1))
         placement = "worker"
     workers = max(1, min(cluster.actors, math.ceil(max(1, n_units) / slots)))
+    reason = None
+    if workers < cluster.actors:
+        because = f"the {n_units} episodes to run fit in {workers} x {slots} slots (--ray.slots_per_actor={slots})"
+        asked = f"--ray.actors={cfg.ray.actors}" if cfg.ray.actors is not None else None
+        reason = _fewer(asked, cluster.actors, workers, because, "actors")
     return Schedule("continuous", placement, workers, slots, None, cfg.policy.max_batch_size if placement == "driver" else None,
                     False, gl_backend, worker_threads=max(1, int(cluster.cpus_per_actor)),
-                    queue_per_slot=cfg.ray.queue_per_slot)
+                    queue_per_slot=cfg.ray.queue_per_slot, workers_reason=reason)

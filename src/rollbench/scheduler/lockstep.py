@@ -26,7 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,7 +42,7 @@ from rollbench.results.adaptive import Stops
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.video import VideoRecorder
 from rollbench.rollout import EpisodeTracker, VideoPlan, grab_frame, split_vector_info
-from rollbench.scheduler.common import HELD_POLL_S, StepContext, take_row
+from rollbench.scheduler.common import HELD_POLL_S, PolicyWatch, StepContext, take_row
 from rollbench.scheduler.pool import PoolOptions, WorkerHandle, WorkerPool, flat_layout, retry_or_fail
 from rollbench.scheduler.shm import stack_any
 from rollbench.scheduler.worker import SlotError
@@ -58,6 +58,13 @@ class LockstepOptions:
     video: VideoPlan | None = None
     pool: PoolOptions | None = None  # set: the envs step in env workers (per task runner); None: here
     record_mode: RecordRule | None = None  # --eval.recording (same-process batches; env workers keep their own)
+    #: --eval.step_timeout_s for the policy's calls where no pool brings it (same-process batches); None: unbounded
+    step_timeout_s: float | None = None
+
+    @property
+    def policy_timeout_s(self) -> float | None:
+        """How long one policy call may take before it counts as a hang (`PolicyWatch`)."""
+        return self.pool.step_timeout_s if self.pool is not None else self.step_timeout_s
 
 
 def _by_task(units: Sequence[EpisodeUnit]) -> Iterator[list[EpisodeUnit]]:
@@ -79,16 +86,18 @@ def run_lockstep(
     """
     filmed_here = opts.video is not None and opts.pool is None  # env workers film their own episodes
     run = _Lockstep(ctx, opts, _Recording(opts.video, VideoRecorder()) if filmed_here and opts.video else None, stops)
+    run.watch = PolicyWatch(opts.policy_timeout_s, ctx, policy)
     if opts.pool is not None:
         run.layout = flat_layout(ctx, {u.task for u in units})
     tasks = list(_by_task(units))
     try:
-        if opts.max_parallel_tasks <= 1 or len(tasks) <= 1:
-            with run.envs(0) as pool:
-                for task_units in tasks:
-                    yield from run.task(policy, pool, task_units, 0, None)
-        else:
-            yield from run.parallel(policy, tasks)
+        with run.watch:
+            if opts.max_parallel_tasks <= 1 or len(tasks) <= 1:
+                with run.envs(0) as pool:
+                    for task_units in tasks:
+                        yield from run.task(policy, pool, task_units, 0, None)
+            else:
+                yield from run.parallel(policy, tasks)
     finally:
         if run.rec is not None:
             run.rec.recorder.close()
@@ -150,6 +159,7 @@ class _Lockstep:
     rec: _Recording | None  # videos of same-process batches (env workers film their own)
     stops: Stops | None = None  # an adaptive run: a batch holds only units still wanted
     layout: Any = None  # env workers: the observation layout of every task
+    watch: PolicyWatch = field(default_factory=lambda: PolicyWatch(None))  # bounds each policy call
 
     @contextlib.contextmanager
     def envs(self, runner: int) -> Iterator[LockstepPool | None]:
@@ -159,6 +169,7 @@ class _Lockstep:
             return
         pool = LockstepPool(self.ctx, self.opts.pool, self.layout, f"t{runner}-" if runner else "")
         pool.stops = self.stops
+        pool.watch = self.watch
         try:
             pool.start()
             yield pool
@@ -221,6 +232,7 @@ class _Lockstep:
                 try:
                     kind, item = out.get(timeout=0.2)
                 except queue.Empty:
+                    self.watch.check()  # a runner's policy call hung: the run ends here
                     continue
                 if kind == "error":
                     raise item
@@ -228,7 +240,8 @@ class _Lockstep:
         finally:
             stop.set()
             for t in threads:
-                t.join()
+                while t.is_alive() and not self.watch.stuck(t.ident):  # a hung call never returns: its thread
+                    t.join(0.5)  # is left behind (a daemon)
 
     def batch(
         self, policy: Policy, vec: Any, chunk: list[EpisodeUnit], n_envs: int, slot_base: int,
@@ -241,7 +254,8 @@ class _Lockstep:
         set_episode_index(ctx.benchmark, vec, [u.env_index for u in padded])
         set_condition(ctx.benchmark, vec, [u.condition for u in padded])
         obs, _ = vec.reset(seed=[u.seed for u in padded])
-        ctx.reset(policy, slots, [ctx.episode_start(u) for u in padded])
+        with self.watch.call("reset", lambda: chunk):
+            ctx.reset(policy, slots, [ctx.episode_start(u) for u in padded])
         prompts = [ctx.benchmark.policy_task(u.task) for u in padded]
         trackers = [EpisodeTracker.of(ctx.benchmark, u, self.opts.record_mode) for u in chunk]
         active = np.array([i < len(chunk) for i in range(n_envs)])
@@ -253,7 +267,8 @@ class _Lockstep:
             for i, frame in zip(filmed, grab(filmed), strict=True):
                 rec.recorder.add((chunk[i].key, slot_base), frame)
         while active.any():
-            actions = ctx.act(policy, obs, slots, prompts)
+            with self.watch.call("act", lambda: [u for i, u in enumerate(chunk) if active[i]]):
+                actions = ctx.act(policy, obs, slots, prompts)
             if self.opts.record_mode is not None:
                 features = ctx.benchmark.to_features(obs)
                 for i in np.flatnonzero(active):
@@ -273,9 +288,8 @@ class _Lockstep:
             for i in ended:
                 active[i] = False
                 path = None
-                if rec is not None and i in filmed:
-                    rec.recorder.finish((chunk[i].key, slot_base))
-                    path = rec.plan.relpath(chunk[i])
+                if rec is not None and i in filmed and rec.recorder.finish((chunk[i].key, slot_base)):
+                    path = rec.plan.relpath(chunk[i])  # in place before the record that names it
                 yield trackers[i].record(worker="main", video_path=path)
 
 
@@ -301,6 +315,7 @@ class LockstepPool(WorkerPool):
     """
 
     stops: Stops | None = None  # an adaptive run: a batch holds only units still wanted
+    watch: PolicyWatch = PolicyWatch(None)  # bounds each policy call (`_Lockstep.envs` gives the run's)
 
     def run_task(
         self, policy: Policy, units: list[EpisodeUnit], n_envs: int, slot_base: int, stop: threading.Event | None,
@@ -341,7 +356,8 @@ class LockstepPool(WorkerPool):
         yield from self._collect(where, again)
         first = chunk[0][0]
         slots = list(range(slot_base, slot_base + n_envs))
-        ctx.reset(policy, slots, [ctx.episode_start(r.unit) for r in rows] + [ctx.episode_start(first)] * (n_envs - len(rows)))
+        with self.watch.call("reset", lambda: [r.unit for r in rows if r.state == "running"]):
+            ctx.reset(policy, slots, [ctx.episode_start(r.unit) for r in rows] + [ctx.episode_start(first)] * (n_envs - len(rows)))
         prompts = [ctx.benchmark.policy_task(first.task)] * n_envs
         while any(r.state == "running" for r in rows):
             filler = next(r.obs for r in rows if r.obs is not None)
@@ -349,7 +365,8 @@ class LockstepPool(WorkerPool):
             # a short batch is padded to its shape with the first row's observation
             obs = [r.obs if r.obs is not None else filler for r in rows] + [lead] * (n_envs - len(rows))
             try:
-                actions = ctx.act(policy, stack_any(obs), slots, prompts)
+                with self.watch.call("act", lambda: [r.unit for r in rows if r.state == "running"]):
+                    actions = ctx.act(policy, stack_any(obs), slots, prompts)
             except EpisodesLost as lost:
                 # the policy's state is the batch's: every running row starts again, later
                 for w in self.workers:
@@ -404,12 +421,14 @@ class LockstepPool(WorkerPool):
                 assert unit.key == record.key, (unit.key, record.key)
                 w.started[slot] = False
                 where[(w.index, slot)].state = "over"
+                self.ended(w)
                 yield record
             else:
                 err: SlotError = event[1]
                 unit, attempt = w.slots[err.slot].popleft()
                 w.started[err.slot] = False
                 where[(w.index, err.slot)].state = "over"
+                self.ended(w)
                 error = f"error in worker {w.index} on {unit.label()}: {err.error}"
                 yield from self._retry(unit, attempt, error, f"w{w.index}", again)
         running = [slot for slot in report.running if where.get((w.index, slot)) is not None]

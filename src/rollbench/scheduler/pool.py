@@ -35,11 +35,18 @@ from rollbench.results.store import pid_alive
 from rollbench.rollout import VideoPlan
 from rollbench.scheduler.common import StepContext
 from rollbench.scheduler.shm import ArraySpec, SlotBuffer, obs_layout, shm_dir
-from rollbench.scheduler.worker import WorkerSpec, worker_main
+from rollbench.scheduler.worker import IN_POLICY, WorkerSpec, worker_main
 
 STDERR_TAIL_LINES = 15
-#: a worker that dies this many times in a row without reporting anything stops the run
+#: a worker that dies this many times in a row without reporting anything stops the run; one
+#: that dies this many times in a row outside any unit's work, no episode ending in between,
+#: has its running episodes charged the next time (`WorkerPool.bury`)
 MAX_FRUITLESS_RESTARTS = 3
+#: a worker process's start (imports, a policy built in it) is not a hang before this many
+#: seconds, or --eval.step_timeout_s if longer: on a loaded machine a start took over 3 s
+START_TIMEOUT_S = 60.0
+#: the header's mark from spawn until the worker's first sign of life (`SlotBuffer.current`)
+STARTING = -3
 
 
 @dataclass(frozen=True)
@@ -287,7 +294,7 @@ class Processes:
         with open(log_path, "a", encoding="utf-8") as fh:
             fh.write(f"--- worker {spec.index} starting at {time.strftime('%H:%M:%S')} ---\n")
         parent, child = self.mpctx.Pipe()
-        buffer.touch()
+        buffer.touch(STARTING)  # the worker's first sign of life replaces the mark
         # one BLAS/OpenMP thread per worker (`worker_threads`): N workers with a full pool each
         # oversubscribe the cores. Each worker sets it again from its spec; the forkserver,
         # started by the first spawn, passes this on to what loads before that
@@ -348,6 +355,7 @@ class WorkerPool:
         self.run_id = f"rollbench-{os.getpid()}-{int(time.time() * 1000) % 10**8}{tag}"
         self.workers: list[WorkerHandle] = []
         self.fruitless = [0] * opts.workers  # deaths in a row of a worker that never reported
+        self.blameless = [0] * opts.workers  # deaths in a row outside any unit's work, no episode ending between
         self.counts = {"worker_deaths": 0, "requeued_units": 0}
 
     # -- workers ---------------------------------------------------------------------
@@ -380,9 +388,14 @@ class WorkerPool:
         """Whether w owes us a sign of life (driver placement: only a worker we await)."""
         return w.inflight if self.opts.placement == "driver" else w.busy()
 
+    def limit(self, w: WorkerHandle) -> float:
+        """Seconds without a sign of life that make w hung: longer while it starts."""
+        starting = w.link.inside(hung=True) == STARTING
+        return max(self.opts.step_timeout_s, START_TIMEOUT_S) if starting else self.opts.step_timeout_s
+
     def hung(self, w: WorkerHandle, now: float) -> bool:
         last = max(w.link.last_sign(), w.sent_at)
-        return self.expecting(w) and now - last > self.opts.step_timeout_s
+        return self.expecting(w) and now - last > self.limit(w)
 
     def receive(self, candidates: list[WorkerHandle], timeout: float) -> Iterator[tuple[WorkerHandle, Any]]:
         """Messages from `candidates` (or ("lost", why) events) that arrive within `timeout`."""
@@ -395,7 +408,11 @@ class WorkerPool:
         now = time.monotonic()
         for w in candidates:
             if self.workers[w.index] is w and self.hung(w, now):
-                yield w, ("lost", f"made no progress for {self.opts.step_timeout_s:g}s (--eval.step_timeout_s; hang)")
+                yield w, ("lost", f"made no progress for {self.limit(w):g}s (--eval.step_timeout_s; hang)")
+
+    def ended(self, w: WorkerHandle) -> None:
+        """An episode of worker w ended (a record, or a unit's own error): its deaths so far were not a loop."""
+        self.blameless[w.index] = 0
 
     @staticmethod
     def fatal(msg: tuple[Any, ...]) -> None:
@@ -408,11 +425,17 @@ class WorkerPool:
         """Worker w is gone (died, or hung: `why`): kill what is left of it, start a fresh
         one in its place, and say which of its units were to blame.
 
-        A worker marks which slot it is inside a reset or step of, so the unit that killed
-        (or hung) it is known: that unit is charged, while the other episodes it interrupted
-        are simply run again. When it died outside any env call, every episode it was running
-        is charged. When its transport cannot tell (a Ray actor that died: its mark died with
-        it), the unit at the head of each slot is a suspect, charged at once if it was alone.
+        A worker marks which slot it is inside a reset or step of (its frames and video
+        included), so the unit that killed (or hung) it is known: that unit is charged, while
+        the other episodes it interrupted are simply run again. Inside its own policy's call
+        (worker placement: `IN_POLICY`) the episodes of that call are to blame: one alone is
+        charged, several are suspects. When its transport cannot tell (a Ray actor that died:
+        its mark died with it), the unit at the head of each slot is a suspect, charged at once
+        if it was alone. Suspects each run again alone, so that the next death has one cause.
+        Outside all of that (between calls: killed from outside, by a user or the OOM killer)
+        no unit is to blame and every episode runs again without penalty; only a worker that
+        dies so MAX_FRUITLESS_RESTARTS times in a row, no episode ending in between, has its
+        running episodes charged the next time, so that such deaths cannot loop forever.
         """
         inside = w.link.inside(hung=bool(why))
         w.link.stop(kill=True)
@@ -421,16 +444,24 @@ class WorkerPool:
         interrupted: list[tuple[int, EpisodeUnit, int]] = []
         suspects: list[tuple[int, EpisodeUnit, int]] = []
         heads = sum(1 for q in w.slots if q)
+        running = sum(1 for i, q in enumerate(w.slots) if q and w.started[i])
+        looping = inside is not None and inside < 0 and inside != IN_POLICY and self.blameless[w.index] >= MAX_FRUITLESS_RESTARTS
         for i, q in enumerate(w.slots):
             for n, (unit, attempt) in enumerate(q):
                 if n:
                     interrupted.append((i, unit, attempt))
                 elif inside is None:
                     (charged if heads == 1 else suspects).append((i, unit, attempt))
-                elif i == inside or (inside < 0 and w.started[i]):
+                elif inside == IN_POLICY and w.started[i]:
+                    (charged if running == 1 else suspects).append((i, unit, attempt))
+                elif i == inside or (looping and w.started[i]):
                     charged.append((i, unit, attempt))
                 else:
                     interrupted.append((i, unit, attempt))
+        if charged or suspects:
+            self.blameless[w.index] = 0
+        elif running:
+            self.blameless[w.index] += 1
         self.counts["worker_deaths"] += 1
         self.counts["requeued_units"] += len(interrupted) + len(suspects)
         if charged or w.reported:
@@ -447,9 +478,11 @@ class WorkerPool:
                 f"last lines of {w.link.logged_to}:\n{text or '(empty)'}"
             )
         name = f"{w.link.name} ({w.link.at})"
+        where = " in its policy's call" if inside == IN_POLICY else ""
+        again = f" ({MAX_FRUITLESS_RESTARTS + 1} times in a row outside any env call)" if looping else ""
 
         def error(unit: EpisodeUnit) -> str:
-            out = f"{name} {why or how} while running {unit.label()}"
+            out = f"{name} {why or how}{where} while running {unit.label()}{again}"
             return out + (f"; last stderr lines:\n{text}" if text else "")
 
         self.workers[w.index] = self.spawn(w.index, w.link)

@@ -44,6 +44,10 @@ from rollbench.rollout import EpisodeTracker, VideoPlan, grab_frame
 from rollbench.scheduler.common import StepContext
 from rollbench.scheduler.shm import ArraySpec, SlotBuffer, stack_any
 
+#: the mark a worker leaves in its header while its own policy runs (worker placement): a
+#: hang or death then is the policy call's, on the episodes of the slots it runs
+IN_POLICY = -2
+
 
 @dataclass(frozen=True)
 class WorkerSpec:
@@ -202,10 +206,11 @@ class Worker:
                 obs = slot.tracker.reset(self.bench, slot.env)
             except Exception:
                 self._fail(i, report)
+                self.buffer.touch()  # (after its env closed: the slot is out of this unit)
                 continue
-            self.buffer.touch()
             slot.obs = obs
             self._video_start(slot, unit, attempt)
+            self.buffer.touch()  # (after its first frame: a render that kills the worker is this unit's)
             report.events.append(("started", i, unit))
 
     def _step(self, i: int, action: Any, report: Report) -> None:
@@ -216,8 +221,8 @@ class Worker:
             slot.obs, ended = slot.tracker.step(self.bench, slot.env, slot.obs, action)
         except Exception:
             self._fail(i, report)
+            self.buffer.touch()  # (after its env closed: the slot is out of this unit)
             return
-        self.buffer.touch()
         plan = self.spec.video
         if slot.video_key is not None and plan is not None and plan.films(slot.tracker.n_steps, ended):
             self._video_frame(slot)
@@ -225,6 +230,7 @@ class Worker:
             video_path = self._video_finish(slot)
             report.events.append(("record", i, slot.tracker.record(self.name, slot.attempt, video_path)))
             slot.tracker = None
+        self.buffer.touch()  # (after its frame and video: a render or encoder that kills the worker is this unit's)
 
     # -- videos ----------------------------------------------------------------------
     def _video_start(self, slot: Slot, unit: EpisodeUnit, attempt: int) -> None:
@@ -243,9 +249,9 @@ class Worker:
         if slot.video_key is None or self.videos is None or self.spec.video is None:
             return None
         assert slot.tracker is not None
-        self.videos.finish(slot.video_key)
-        slot.video_key = None
-        return self.spec.video.relpath(slot.tracker.unit)
+        key, slot.video_key = slot.video_key, None
+        # in place before the record that names it exists (a kill between the two: the episode runs again)
+        return self.spec.video.relpath(slot.tracker.unit) if self.videos.finish(key) else None
 
     def _stack(self, obs: list[Any]) -> Any:
         """Running slots' observations stacked as a vector env would (the space's dtypes),
@@ -324,16 +330,25 @@ class Worker:
             for i in range(len(self.slots)):
                 self._start(i, report)
             started = report.started()
+            if report:  # the driver learns which episodes run before the policy is called on them, so that a
+                report.policy_calls = (self.ctx.counts.calls, self.ctx.counts.rows)  # call that hangs or kills
+                self.conn.send(("report", report))  # this worker is charged to them (`WorkerPool.bury`)
+                report = Report()
             if started:
+                self.buffer.touch(IN_POLICY)
                 self.ctx.reset(self.policy, [self.base_slot + i for i, _ in started], [self.ctx.episode_start(u) for _, u in started])
+                self.buffer.touch()
             running = self._running()
             if running:
                 obs = [self.slots[i].obs for i in running]
                 batch = self._stack(obs) if layout is not None else stack_any(obs)
                 prompts = [self.bench.policy_task(self.slots[i].task or "") for i in running]
                 try:
+                    self.buffer.touch(IN_POLICY)
                     actions = self.ctx.act(self.policy, batch, [self.base_slot + i for i in running], prompts)
+                    self.buffer.touch()
                 except EpisodesLost as lost:
+                    self.buffer.touch()
                     gone = [i for i in running if self.base_slot + i in lost.slots]
                     if not gone:
                         raise PolicyError(f"policy lost episodes of slots it was not asked about: {lost}") from None
