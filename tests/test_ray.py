@@ -102,11 +102,12 @@ def _episode_2_goes_wrong(cli, tmp_path: Path, fault: str, deaths: int, *extra: 
     actor; on Ray it alone fails, after `deaths` actor deaths, and every other episode equals
     the local run's. (eval_info, its cause)"""
     base = ("eval", "--env.type=faulty", "--env.task=near", f"--env.{fault}_seed=1002", "--policy.type=expert",
-            "--eval.n_episodes=6", "--ray.slots_per_actor=3", *extra)
+            "--eval.n_episodes=6", *extra)
     os.environ["ROLLBENCH_PLUGINS"] = "faulty_bench"
     try:
         cli(*base, "--eval.max_retries=0", f"--output_dir={tmp_path / 'local'}")  # the local results of the others
-        res = cli(*base, "--executor=ray", "--eval.max_retries=1", f"--output_dir={tmp_path / 'ray'}")
+        res = cli(*base, "--executor=ray", "--ray.slots_per_actor=3", "--eval.max_retries=1",
+                  f"--output_dir={tmp_path / 'ray'}")
     finally:
         del os.environ["ROLLBENCH_PLUGINS"]
     assert res.rc == 1, res.err
