@@ -54,6 +54,7 @@ import gymnasium as gym
 import numpy as np
 
 from rollbench.benchmarks.native import NativeScene
+from rollbench.caches import cache_root
 from rollbench.config.env import (
     ActionProcessor,
     BenchmarkConfig,
@@ -147,8 +148,7 @@ def _missing_assets_message(where: str) -> str:
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("ROLLBENCH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "rollbench")
-    return Path(root) / "libero"
+    return cache_root() / "libero"
 
 
 def prepare_libero(assets: Path) -> Any:

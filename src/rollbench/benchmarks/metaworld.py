@@ -26,6 +26,7 @@ import numpy as np
 
 from rollbench.benchmarks.frames import MujocoVideoCamera, frame_shape, free_render_objects
 from rollbench.benchmarks.native import NativeScene
+from rollbench.caches import cache_root
 from rollbench.config.env import BenchmarkConfig, Feature, register_benchmark, split_tasks
 from rollbench.config.fields import opt
 from rollbench.errors import ConfigError
@@ -123,8 +124,7 @@ def groups() -> dict[str, list[str]]:
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("ROLLBENCH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "rollbench")
-    return Path(root) / f"metaworld-{metadata.version('metaworld')}"
+    return cache_root() / f"metaworld-{metadata.version('metaworld')}"
 
 
 @functools.lru_cache(maxsize=64)

@@ -15,7 +15,7 @@ class TuneConfig:
     output: str = opt("", "where the probe and the recommendation go as JSON (default outputs/tune/<date>/<time>_<env>_<policy>.json)")
     load: str = opt("", "eval --workers=auto: use this saved `rollbench tune` JSON instead of probing again")
     reprobe: bool = opt(False, "eval --workers=auto: measure now, even if a probe of this machine, benchmark and policy "
-                               "is stored ($XDG_CACHE_HOME/rollbench/probes, else ~/.cache/rollbench/probes) or the run "
+                               "is stored (<rollbench cache>/probes: $ROLLBENCH_CACHE, else $XDG_CACHE_HOME/rollbench, else ~/.cache/rollbench) or the run "
                                "is too short to pay for one")
 
     def __post_init__(self) -> None:

@@ -1,6 +1,7 @@
 """Stored probes: `--workers=auto` reuses a probe of the same machine, benchmark and policy.
 
-    $XDG_CACHE_HOME/rollbench/probes/<key>.json     (~/.cache/rollbench/probes/ without it)
+    <rollbench's cache folder>/probes/<key>.json    (caches.cache_root(): $ROLLBENCH_CACHE, else
+                                                    $XDG_CACHE_HOME/rollbench, else ~/.cache/rollbench)
 
 The key names what the probe's figures depend on: the machine (hostname, CPUs this
 process may use, CPU model, GPU names), the benchmark (its whole config: type, tasks,
@@ -26,6 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from rollbench.caches import cache_root
 from rollbench.config.run import RunConfig
 from rollbench.results.eval_info import versions as run_versions
 from rollbench.results.store import write_json_atomic
@@ -39,8 +41,7 @@ CACHE_SCHEMA = 1
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "rollbench" / "probes"
+    return cache_root() / "probes"
 
 
 def cpu_model() -> str:
