@@ -75,6 +75,17 @@ class Writer:
                 and self.num_shards == other.num_shards > 1 and self.shard_id != other.shard_id)
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process `pid` exists on this machine (also someone else's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _lock(fh: IO[Any], exclusive: bool) -> bool | None:
     """Try to lock `fh` without waiting: True, False (someone holds it), None (no locks here)."""
     try:
@@ -150,7 +161,7 @@ def live_writers(output_dir: Path, clean: bool = False) -> list[tuple[Path, Writ
             free = _lock(fh, exclusive=False)
         writer = _read(path)
         if free is None:  # no locks on this filesystem: a process on this machine can be asked
-            free = writer is None or (writer.host == host() and not _pid_alive(writer.pid))
+            free = writer is None or (writer.host == host() and not pid_alive(writer.pid))
         if free:
             if clean:
                 path.unlink(missing_ok=True)
@@ -160,23 +171,14 @@ def live_writers(output_dir: Path, clean: bool = False) -> list[tuple[Path, Writ
     return found
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
+def diff(old: Any, new: Any, prefix: str = "", was: str = "there", now: str = "here") -> list[str]:
+    """Where two identities differ, a line each: `key: OLD <was>, NEW <now>`."""
     if isinstance(old, dict) and isinstance(new, dict):
         out = []
         for key in sorted(set(old) | set(new)):
-            out += _diff(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else key)
+            out += diff(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else key, was, now)
         return out
-    return [] if old == new else [f"{prefix}: {old!r} there, {new!r} here"]
+    return [] if old == new else [f"{prefix}: {old!r} {was}, {new!r} {now}"]
 
 
 def claim(output_dir: Path, me: Writer) -> Claim:
@@ -188,7 +190,7 @@ def claim(output_dir: Path, me: Writer) -> Claim:
             raise ConfigError(f"{flag}: this process already writes a run there ({path}); close it first")
         if not me.shares_with(other):
             if other.identity != me.identity:
-                why = "another run with other settings (" + "; ".join(_diff(other.identity, me.identity)[:3]) + ")"
+                why = "another run with other settings (" + "; ".join(diff(other.identity, me.identity)[:3]) + ")"
             else:
                 why = "the same run; both would run every episode"
             raise ConfigError(f"{flag} is being written by {why}: {other.who}. Wait for it to end (then rerun to "

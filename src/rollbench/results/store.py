@@ -12,23 +12,12 @@ from typing import Any
 from rollbench.errors import ConfigError
 from rollbench.results import owners
 from rollbench.results.log import EPISODES_DIR, log_files, writer_process
-from rollbench.results.owners import Claim, Writer
+from rollbench.results.owners import Claim, Writer, diff, pid_alive
 
 MANIFEST = "run.json"
 #: --eval.* fields of an adaptive run's stop rule: no part of its identity, but `merge` reads them
 STOP_RULE_FIELDS = ("ci_width", "ci_block", "versus", "versus_alpha", "versus_margin", "versus_design")
 EVAL_INFO = "eval_info.json"
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process `pid` exists on this machine (also someone else's)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 #: a run whose episode log has not grown for this long is taken to be gone (a writer on another
@@ -94,15 +83,6 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
-def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
-    if isinstance(old, dict) and isinstance(new, dict):
-        out = []
-        for key in sorted(set(old) | set(new)):
-            out += _diff(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else key)
-        return out
-    return [] if old == new else [f"{prefix}: {old!r} in the log, {new!r} now"]
-
-
 def _moved_commit_hint(old: dict[str, Any], new: dict[str, Any]) -> str:
     """A hub checkpoint whose branch moved since the run began: how to finish the run."""
     was = (old.get("policy") or {}).get("commit")
@@ -143,7 +123,7 @@ def _prepare(output_dir: Path, identity: dict[str, Any], config: dict[str, Any],
             old = stored["identity"]
         except (OSError, ValueError, KeyError) as err:
             raise ConfigError(f"--output_dir={str(output_dir)!r}: cannot read {MANIFEST} ({err}); use a fresh directory or --resume=false") from None
-        diffs = _diff(old, identity)
+        diffs = diff(old, identity, was="in the log", now="now")
         if diffs:
             raise ConfigError(
                 f"--output_dir={str(output_dir)!r} holds a different run; refusing to mix results ("
