@@ -81,7 +81,8 @@ lint: $(VENV)/.installed-dev
 # What CI runs, on both supported LeRobot lines (docs/lerobot.md, "Two LeRobot lines"):
 # - Python 3.12 + LeRobot 0.6.x, where LeRobot's users are: the whole suite;
 # - Python 3.11 + LeRobot 0.4.4: the LeRobot-facing tests (marker `lerobot`: the adapter, the
-#   bridge, parity with lerobot-eval, recording, hub checkpoints, the VLAs);
+#   bridge, parity with lerobot-eval, recording, hub checkpoints, the VLAs), less those of
+#   rollbench's own machinery with a LeRobot checkpoint (marker `one_line`, tests/conftest.py);
 # - between them, test-gl: the rendering tests under the GL backend the 3.12 line did not use.
 # The 3.11 line renders with egl: under osmesa (libosmesa6 installed), rollbench's MetaWorld pixel
 # run of a LeRobot 0.4.4 checkpoint segfaults there (test_lerobot_metaworld, found by CI's osmesa
@@ -93,6 +94,12 @@ lint: $(VENV)/.installed-dev
 # prints its wall time. `make test-312` / `make test-311` run one line.
 TEST_WORKERS ?= 2
 PYTEST_ARGS  ?=
+# Each test-* target first compiles src/ and tests/ to bytecode: where PYTHONDONTWRITEBYTECODE
+# is set (CI's machines set it), no process writes .pyc, so each of the suite's thousands of
+# processes (a run's driver and workers, lerobot-eval beside it) compiled rollbench from source
+# again, ~0.25 s of CPU each. Python still reads .pyc files that exist (checked against the
+# source's mtime), so this costs one second and changes nothing else.
+COMPILE = python -m compileall -q -j 0 src tests >/dev/null
 test: lint $(VENV312)/.installed-dev
 	@rc=0; \
 	$(MAKE) --no-print-directory test-312 || rc=1; \
@@ -102,6 +109,7 @@ test: lint $(VENV312)/.installed-dev
 
 test-312: $(VENV312)/.installed-dev
 	@echo "== Python 3.12, LeRobot $$($(BIN312)/python -c 'import lerobot; print(lerobot.__version__)'): the whole suite"
+	@$(BIN312)/$(COMPILE)
 	@t0=$$(date +%s); rc=0; \
 	$(BIN312)/pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=30 $(PYTEST_ARGS) || rc=$$?; \
 	echo "== Python 3.12 line: $$(( $$(date +%s) - t0 )) s, exit $$rc"; exit $$rc
@@ -123,9 +131,10 @@ test-gl: $(VENV312)/.installed-dev
 
 test-311: $(VENV)/.installed-dev
 	@echo "== Python 3.11, LeRobot $$($(BIN)/python -c 'import lerobot; print(lerobot.__version__)'): the LeRobot-facing tests"
+	@$(BIN)/$(COMPILE)
 	@t0=$$(date +%s); rc=0; \
 	MUJOCO_GL=$${MUJOCO_GL:-egl} PYOPENGL_PLATFORM=$${PYOPENGL_PLATFORM:-egl} \
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=20 -m lerobot $(PYTEST_ARGS) || rc=$$?; \
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=20 -m "lerobot and not one_line" $(PYTEST_ARGS) || rc=$$?; \
 	echo "== Python 3.11 line: $$(( $$(date +%s) - t0 )) s, exit $$rc"; exit $$rc
 
 clean:

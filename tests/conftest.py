@@ -37,17 +37,51 @@ SLOW_FIRST = (
 )
 
 
+#: LeRobot-facing tests of rollbench's own machinery (Ray, shards, kills and resumes, sweeps,
+#: start-up timing, the remote dialects) with a LeRobot checkpoint:
+#: nothing in them depends on the LeRobot line beyond what the tests left to the 3.11 line
+#: check (the adapter and its processors, parity with lerobot-eval, LeRobot's envs through the
+#: bridge, the dataset format, hub checkpoints). Marked `one_line`: `make test-311` skips them,
+#: which takes about a third off that line's CI time; the 3.12 line runs them.
+ONE_LINE = (
+    "test_ray.py::",
+    "test_remote_lerobot.py::",
+    "test_sweep_images.py::",
+    "test_recording_sweep.py::test_every_condition_s_episodes_are_in_the_dataset_each_naming_its_condition",
+    "test_recording_sweep.py::test_an_image_axis_is_recorded_as_the_camera_gave_it",
+    "test_recording_sweep.py::test_record_conditions_control_keeps_the_control_s_episodes_only",
+    "test_recording.py::test_a_killed_recorded_run_resumes_to_the_clean_runs_dataset",
+    "test_recording.py::test_shards_write_their_parts_and_the_launcher_joins_them",
+    "test_recording.py::test_a_finished_run_keeps_its_dataset_and_not_the_parts",
+    "test_recording.py::test_a_finished_run_that_keeps_more_episodes_records_them_again",
+    "test_recording.py::test_an_adaptive_recorded_run_keeps_only_the_counted_prefix",
+    "test_recording.py::test_record_failures_keeps_exactly_the_failed_episodes",
+    "test_recording.py::test_a_recording_root_of_this_run_is_taken_again_on_rerun",
+    "test_hub_checkpoints.py::test_a_moved_branch_does_not_mix_checkpoints_in_one_run",
+    "test_hub_checkpoints.py::test_shard_processes_find_the_driver_s_commit",
+    "test_lerobot_startup.py::test_startup_moments_in_eval_info",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable: the rest keep their order
+    for item in items:
+        where = f"{item.path.name}::{item.name}"
+        if any(where.startswith(prefix) for prefix in ONE_LINE):
+            item.add_marker(pytest.mark.one_line)
 
 
 def _quiet(args: tuple[str, ...]) -> list[str]:
-    """Tests render no videos unless they ask: rollbench's default (4 per task) would make
-    every MetaWorld test render hundreds of CPU frames. Video tests pass the flag."""
+    """Tests render no videos and draw no report.html unless they ask: rollbench's default (4
+    videos per task) would make every MetaWorld test render hundreds of CPU frames, and the
+    report costs each run about a CPU second (most of it importing matplotlib) on top of a
+    fake-benchmark run's two. Video and report tests pass the flag."""
     out = list(args)
     if out[:1] == ["eval"] and not any(a.startswith("--eval.max_episodes_rendered") for a in out):
         out.append("--eval.max_episodes_rendered=0")
+    if out[:1] == ["eval"] and not any(a.startswith("--eval.report") for a in out):
+        out.append("--eval.report=false")
     return out
 
 

@@ -25,7 +25,7 @@ def mt10(factory: pytest.TempPathFactory, policy: str, seed: int = 1000, rendere
         res = run_subprocess(
             "eval", "--env.type=metaworld", "--env.task=mt10", f"--policy.type={policy}",
             f"--eval.n_episodes={MT10_EPISODES}", f"--eval.max_episodes_rendered={rendered}", f"--seed={seed}",
-            f"--output_dir={out}",
+            "--eval.report=true", f"--output_dir={out}",
         )
         assert res.rc == 0, res.err[-3000:]
         _RUNS[key] = out

@@ -202,7 +202,7 @@ def test_bad_stop_rules_are_refused_in_one_line(tmp_path: Path) -> None:
 
 
 def test_the_report_shows_how_each_interval_narrowed(tmp_path: Path) -> None:
-    res = run_subprocess(*ADAPTIVE, f"--output_dir={tmp_path}")
+    res = run_subprocess(*ADAPTIVE, "--eval.report=true", f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     assert "adaptive (--eval.ci_width=0.3, a look every 10 episodes): 3 of 3 tasks stopped before 60 episodes" in res.out
     page = (tmp_path / "report.html").read_text()

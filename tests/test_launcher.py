@@ -105,8 +105,8 @@ def test_ctrl_c_stops_every_shard_and_says_how_to_resume(tmp_path: Path, single:
     proc = subprocess.Popen([sys.executable, "-m", "rollbench", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=REPO)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not list((tmp_path / "episodes").glob("*.jsonl")):
+        deadline = time.monotonic() + 60  # both children running (one can start seconds after the other)
+        while time.monotonic() < deadline and len(list((tmp_path / "episodes").glob("*.jsonl"))) < 2:
             time.sleep(0.05)
         time.sleep(0.5)
         assert proc.poll() is None

@@ -146,7 +146,7 @@ def test_a_run_writes_under_home_only_where_documented(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     env = private_dirs(tmp_path)
     res = run_subprocess("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=2", "--workers=2",
-                         f"--output_dir={tmp_path / 'out'}", **env)
+                         "--eval.report=true", f"--output_dir={tmp_path / 'out'}", **env)
     assert res.rc == 0, res.err
     assert (tmp_path / "out" / "report.html").is_file()
     home = files_under(tmp_path / "home")

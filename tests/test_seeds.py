@@ -71,7 +71,8 @@ def test_envs_see_the_episodes_index_within_its_seed(tmp_path: Path) -> None:
 def test_report_and_compare_show_seeds(tmp_path: Path) -> None:
     for name, noise in (("a", "0"), ("b", "3.0")):
         res = run_subprocess("eval", "--env.type=fake", "--policy.type=expert", f"--policy.action_noise={noise}",
-                             "--eval.n_episodes=5", "--seeds=1000,2000", f"--output_dir={tmp_path / name}")
+                             "--eval.n_episodes=5", "--seeds=1000,2000", "--eval.report=true",
+                             f"--output_dir={tmp_path / name}")
         assert res.rc == 0, res.err
     page = (tmp_path / "a" / "report.html").read_text()
     assert "<h2>Seeds</h2>" in page and "All 2 seeds pooled: <b>" in page and "Spread of the per-seed rates" in page

@@ -379,7 +379,8 @@ def test_paraphrases_replace_the_instruction_wherever_the_policy_runs(tmp_path: 
     common = ("eval", "--env.type=fake", "--policy.type=module", "--policy.path=helpers_sweep_policies:instruction_driven",
               "--eval.n_episodes=2", "--eval.perturb=language.paraphrase=1,2;language.drop=1")
     got = {}
-    for name, flags in {"workers": ("--workers=2", f"--eval.paraphrases={tmp_path / 'p.json'}", "--eval.max_episodes_rendered=1"),
+    for name, flags in {"workers": ("--workers=2", f"--eval.paraphrases={tmp_path / 'p.json'}", "--eval.max_episodes_rendered=1",
+                                    "--eval.report=true"),
                         "here": ("--eval.mode=lockstep", "--eval.isolation=none", f"--eval.paraphrases={json.dumps(PARAPHRASES)}")
                         }.items():
         res = run_subprocess(*common, *flags, f"--output_dir={tmp_path / name}", timeout=300)

@@ -123,7 +123,7 @@ def test_a_pusht_image_sweep_of_a_lerobot_checkpoint_does_not_depend_on_what_run
     base = ("eval", "--env.type=pusht", "--env.obs_type=pixels_agent_pos", f"--policy.path={pusht_act}",
             "--eval.n_episodes=2", "--env.episode_length=8", PUSHT_SWEEP)
     got = {}
-    for name, flags in {"workers": ("--workers=2", "--eval.max_episodes_rendered=1"),
+    for name, flags in {"workers": ("--workers=2", "--eval.max_episodes_rendered=1", "--eval.report=true"),
                         "lockstep": ("--eval.mode=lockstep", "--eval.isolation=none", "--eval.batch_size=3",
                                      "--eval.report=false", "--eval.max_episodes_rendered=0")}.items():
         res = run_subprocess(*base, *flags, f"--output_dir={tmp_path / name}", timeout=300)

@@ -32,7 +32,7 @@ B_SWEEP = ("--policy.action_noise=0.5", "--eval.perturb=action.noise=1.5;action.
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A: a filmed sweep; B: another policy under an overlapping sweep, unfilmed; P: no sweep."""
     root = tmp_path_factory.mktemp("sweeps")
-    flags = {"A": (A_SWEEP, "--eval.max_episodes_rendered=1"), "B": B_SWEEP, "P": ()}
+    flags = {"A": (A_SWEEP, "--eval.max_episodes_rendered=1", "--eval.report=true"), "B": B_SWEEP, "P": ()}
     out = {}
     for name, extra in flags.items():
         out[name] = root / name

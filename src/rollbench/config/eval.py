@@ -136,7 +136,7 @@ class EvalConfig:
         "all", "--eval.recording with --eval.perturb: all: every condition's episodes, each frame naming its "
         "condition (to train on perturbed data); control: the control's only (clean data; docs/recording.md)",
     )
-    report: bool = opt(True, "write report.html at the end (charts, videos; ~0.5 s, most of it importing matplotlib)")
+    report: bool = opt(True, "write report.html at the end (charts, videos; about 1 s of CPU, most of it importing matplotlib)")
     shard_id: int = opt(0, "which shard of the plan this process runs (0-based)")
     num_shards: int = opt(1, "how many shards the plan is split into")
     max_retries: int = opt(2, "times a unit is retried after its worker crashed or hung")
