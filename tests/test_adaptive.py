@@ -4,6 +4,7 @@ same for any workers, batch size, mode, shard split, executor and resume point."
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import signal
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from conftest import load_info, per_episode, run_subprocess
 from rollbench.plan import make_plan
+from rollbench.progress import Progress
 from rollbench.results.adaptive import StopRule, Stops, apply, decide, width
 from rollbench.results.merge import merge
 from rollbench.results.records import EpisodeRecord
@@ -234,3 +236,56 @@ def test_metaworld_adaptive_is_the_fixed_runs_prefix(tmp_path: Path) -> None:
     res = run_subprocess(*base, "--eval.ci_width=0.25", "--workers=2", f"--output_dir={tmp_path / 'adaptive'}")
     assert res.rc == 0, res.err
     assert per_episode(tmp_path / "adaptive") == {k: v for k, v in episodes.items() if k[2] < stops[(k[0], k[1])]}
+
+
+# -- one overall in the terminal (issue 47) ----------------------------------------------------
+
+
+def _records(task_id: int, successes: int, n: int, condition: str = "") -> list[EpisodeRecord]:
+    return [EpisodeRecord(task_group="g", task_id=task_id, task=f"t{task_id}", episode_index=i, seed=i,
+                          success=i < successes, sum_reward=0.0, max_reward=0.0, n_steps=1, condition=condition)
+            for i in range(n)]
+
+
+def test_an_adaptive_progress_line_shows_the_mean_of_its_tasks_rates() -> None:
+    """Tasks stopped after different numbers of episodes: pooling (10 + 0 of 40 = 25%) weighs
+    the task that ran longer more, the closing `overall` row does not (the mean: 50%). A fixed
+    run (every task the same episodes) keeps the pooled rate, which is its `overall`."""
+    recs = [*_records(0, 10, 10), *_records(1, 0, 30), *_records(0, 0, 10, condition="noise")]
+    adaptive, fixed = Progress(50, stream=io.StringIO(), at_most=True), Progress(50, stream=io.StringIO())
+    for rec in recs:
+        adaptive.update(rec)
+        fixed.update(rec)
+    assert "success 50.0% (mean of 2 tasks' k/n)" in adaptive.line()  # a sweep's: its control's, as its table
+    assert "success 20.0% |" in fixed.line()
+
+
+def test_the_terminal_says_one_overall(tmp_path: Path) -> None:
+    """The noisy expert at --eval.ci_width=0.2: tasks stop after 20, 30 and 60 episodes. Before
+    (issue 47) the progress line said 55.5 (pooled), the rows' k/n averaged 72.2, the overall
+    row 71.8; the rows now show the unbiased rates the overall row is the mean of, the progress
+    line the mean of the tasks' k/n, each labelled, and the interval wider than W is explained."""
+    res = run_subprocess("eval", "--env.type=fake", "--policy.type=expert", "--policy.action_noise=1.0",
+                         "--seed=1", "--eval.n_episodes=100", "--eval.ci_width=0.2", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    info = load_info(tmp_path)
+    tasks = info["per_task"]
+    progress = [ln for ln in res.err.splitlines() if ln.startswith("episodes ")][-1]
+    mean_kn = sum(t["pc_success"] for t in tasks) / len(tasks)
+    assert f"success {mean_kn:.1f}% (mean of 3 tasks' k/n)" in progress
+    rows = {}
+    for line in res.out.splitlines():
+        cells = line.split()
+        if cells and cells[0] in ("near", "mid", "far", "overall"):
+            rows[cells[0]] = (float(cells[2]), float(cells[3][1:-1]), float(cells[4][:-1]))
+    for t in tasks:
+        assert rows[t["task"]][0] == float(f"{t['stop']['pc_success_unbiased']:.1f}")
+    assert rows["overall"][0] == float(f"{info['overall']['pc_success']:.1f}")
+    assert info["overall"]["pc_success"] == pytest.approx(sum(t["stop"]["pc_success_unbiased"] for t in tasks) / 3)
+    assert all(lo <= point <= hi for point, lo, hi in rows.values())
+    wide = [t for t in tasks if t["stop"]["reason"] == "ci_width" and t["pc_success_ci95"][1] - t["pc_success_ci95"][0] > 20]
+    assert wide  # this run has one (far, stopped at 60 with an exact interval 21.8 wide)
+    notes = " ".join(res.out.split())
+    for t in wide:
+        assert f"{t['task']} {t['pc_success_ci95'][1] - t['pc_success_ci95'][0]:.1f}" in notes
+    assert "wider than --eval.ci_width's 20 points" in notes and "stop.pc_success_unbiased" in notes

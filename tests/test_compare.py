@@ -13,11 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy.stats import binom, fisher_exact, hypergeom
+from scipy.stats import t as t_dist
 
 from conftest import load_info
 from helpers_report import mt10, offline_problems, outcomes, task, write_info
 from rollbench.errors import ConfigError
-from rollbench.report import compare_main, compare_runs, load_run, stats
+from rollbench.report import compare, compare_main, compare_runs, load_run, stats
+from rollbench.report.runs import Episode, LoadedRun, TaskResult
 from rollbench.report.stats import Paired
 
 # -- the statistics, against values computed by hand or published ------------------
@@ -225,7 +227,8 @@ def test_expert_vs_random_on_mt10(tmp_path_factory, capsys):
     out = capsys.readouterr().out
     assert rc == 1, out
     cmp = compare_runs(load_run(str(expert), "A"), load_run(str(random), "B"))
-    assert cmp.overall.verdict == "worse" and cmp.overall.paired is not None and cmp.overall.p < 1e-6
+    # the seed is the independent unit: with 10 seeds, every seed's B - A below 0 is the least p, 2 / 2**10
+    assert cmp.overall.verdict == "worse" and cmp.overall.paired is not None and cmp.overall.p <= 2 / 2**10 + 1e-12
     assert all(r.paired is not None and r.diff < 0 for r in cmp.tasks)
     for r in cmp.tasks:
         if r.verdict != "worse":  # undecided: the data could not support it, and the verdict says so
@@ -292,10 +295,15 @@ def test_tasks_of_different_lengths_are_compared_as_the_mean_of_their_rates(tmp_
     cmp = compare_runs(load_run(str(tmp_path / "a"), "A"), load_run(str(tmp_path / "b"), "B"))
     assert cmp.overall.a.pct == pytest.approx(70.0) and cmp.overall.b.pct == pytest.approx(80.0)
     assert cmp.overall.diff == pytest.approx(10.0)
-    # paired: the long task's 10 discordant pairs (all won by B) carry the variance
-    se = 100 * math.sqrt((10 / 50 - (10 / 50) ** 2) / 50) / 2
-    assert cmp.overall.ci == pytest.approx((10.0 - 1.959963984540054 * se, 10.0 + 1.959963984540054 * se))
-    assert cmp.overall.test == "z, mean of task rates"
+    # paired: each task's variance of B - A at a shrunk share of discordant pairs ((d + 1)/(n + 2)),
+    # so the short task (10/10 in both, no discordant pair) is not taken as known exactly, as the
+    # plug-in did (variance 0); clustered on the seed (60 seeds: G/(G - 1), t with 59 df)
+    long_task = (11 / 52 - (10 / 52) ** 2) / 50
+    short_task = (1 / 12) / 10
+    se = 100 * math.sqrt((long_task + short_task) / 4 * 60 / 59)
+    half = t_dist.ppf(0.975, 59) * se
+    assert cmp.overall.ci == pytest.approx((10.0 - half, 10.0 + half))
+    assert cmp.overall.test == "t, mean of task rates"
     assert any("mean of the tasks' rates" in note for note in cmp.notes)
     assert compare_main([str(tmp_path / "a"), str(tmp_path / "b")], {}) == 0
     out = capsys.readouterr().out
@@ -303,4 +311,146 @@ def test_tasks_of_different_lengths_are_compared_as_the_mean_of_their_rates(tmp_
     # equal lengths: the pooled comparison, as eval_info's overall (unchanged)
     write_info(tmp_path / "c", [task("short", short, range(10), task_id=0), task("long", a_long[:10], range(100, 110), task_id=1)])
     same = compare_runs(load_run(str(tmp_path / "c"), "A"), load_run(str(tmp_path / "c"), "B"))
-    assert same.overall.test == "exact McNemar" and same.overall.a.k == 20
+    assert same.overall.test == "exact McNemar by seed" and same.overall.a.k == 20
+
+
+# -- issue 47: adaptive runs, tasks that share seeds, intervals that agree with their tests --
+
+
+def test_adaptive_runs_keep_each_run_s_overall_and_never_a_variance_of_zero(cli, tmp_path):
+    """`--eval.ci_width` stops the expert's easy tasks at 10/10 and the random policy's at 0/10:
+    the plug-in variance k/n(1 - k/n)/n is 0 there. compare reads each run's rule-aware
+    rates and intervals from its eval_info.json, and its overall is the file's."""
+    for policy in ("expert", "random"):
+        res = cli("eval", "--env.type=fake", f"--policy.type={policy}", "--eval.ci_width=0.3", "--eval.n_episodes=40",
+                  f"--output_dir={tmp_path / policy}")
+        assert res.rc == 0, res.err
+    info = {p: load_info(tmp_path / p) for p in ("expert", "random")}
+    assert any(t["n_success"] in (0, t["n_episodes"]) for i in info.values() for t in i["per_task"])  # the case at issue
+    for a, b in (("expert", "random"), ("expert", "expert"), ("random", "random")):
+        cmp = compare_runs(load_run(str(tmp_path / a), "A"), load_run(str(tmp_path / b), "B"))
+        for side, run in (("a", a), ("b", b)):
+            overall = info[run]["overall"]
+            assert getattr(cmp.overall, side).pct == pytest.approx(overall["pc_success"], abs=1e-9)
+            assert getattr(cmp.overall, side).ci == pytest.approx(overall["pc_success_ci95"], abs=1e-9)
+            for row, entry in zip(cmp.tasks, info[run]["per_task"], strict=True):  # the run's exact intervals
+                assert getattr(row, side).ci == pytest.approx(entry["pc_success_ci95"], abs=1e-9)
+                assert getattr(row, side).pct == pytest.approx(entry["stop"]["pc_success_unbiased"], abs=1e-9)
+        for row in [*cmp.tasks, cmp.overall]:
+            assert row.ci[1] - row.ci[0] > 5, (a, b, row)  # never a plug-in variance of 0
+            assert row.ci[0] <= row.diff <= row.ci[1]
+            assert (row.p < cmp.alpha) == (row.ci[0] > 0 or row.ci[1] < 0)  # the test and its interval agree
+        if a == b:  # a run against itself: nothing to decide
+            assert all(r.verdict == "no difference" and r.p == 1.0 for r in [*cmp.tasks, cmp.overall])
+
+
+def _run(successes: np.ndarray, seed: int = 1000) -> LoadedRun:
+    """A run held in memory: successes[t, i] is task t's episode i, run with seed + i."""
+    tasks = {}
+    for t, row in enumerate(successes):
+        eps = tuple(Episode(i, bool(y), seed + i, None, None) for i, y in enumerate(row))
+        tasks[("suite", t)] = TaskResult(("suite", t), f"t{t}", eps, 0)
+    return LoadedRun(Path("eval_info.json"), {"per_task": []}, tasks)
+
+
+def test_the_pooled_test_holds_its_level_when_tasks_share_seeds(monkeypatch):
+    """Every task's episode i runs with seed + i, so outcomes at one index are correlated across
+    tasks (here a latent per index and run: outcome correlation ~0.3 between tasks). A and B
+    have the same rates and the same seeds; the pooled test must say better or worse in at
+    most alpha of the comparisons (Monte Carlo error: 3 standard errors). Before issue 47 the
+    pooled McNemar took the 10 x 30 pairs as independent: about 0.25."""
+    from scipy.stats import binom as binomial
+    from scipy.stats import norm
+
+    # the per-task numbers are not what is tested here: sample sizes and intervals skipped, and
+    # exact McNemar's p computed from the binomial's tail directly (the same p, 20 times faster)
+    monkeypatch.setattr(compare, "_needed", lambda *args: None)
+    monkeypatch.setattr(compare, "mcnemar_interval", lambda *args: (-1.0, 1.0), raising=False)
+    monkeypatch.setattr(stats, "newcombe_paired", lambda *args: (-1.0, 1.0))
+    monkeypatch.setattr(stats, "mcnemar_exact", lambda t: min(1.0, 2 * float(binomial.cdf(min(t.only_a, t.only_b), t.only_a + t.only_b, 0.5))))
+    rng = np.random.default_rng(47)
+    reps, tasks, seeds, rho = 600, 10, 30, 0.45  # latent correlation 0.45: outcomes ~0.3
+    cut = norm.ppf(np.linspace(0.35, 0.8, tasks))[None, :, None]
+
+    def draw() -> np.ndarray:
+        latent = rng.standard_normal((reps, 1, seeds))  # one per index, shared by the tasks of a run
+        noise = rng.standard_normal((reps, tasks, seeds))
+        return np.sqrt(rho) * latent + np.sqrt(1 - rho) * noise < cut
+
+    a, b = draw(), draw()
+    x = a.astype(float)
+    corr = np.mean([np.corrcoef(x[r])[np.triu_indices(tasks, 1)].mean() for r in range(50)])
+    assert 0.2 < corr < 0.4
+    decided = sum(compare_runs(_run(a[r]), _run(b[r])).overall.p < 0.05 for r in range(reps))
+    assert compare_runs(_run(a[0]), _run(b[0])).overall.paired is not None
+    rate = decided / reps
+    assert rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / reps), rate
+
+
+def test_the_sign_flip_test_of_one_task_is_exact_mcnemar():
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        d = rng.choice([-1, 0, 1], size=int(rng.integers(1, 40)), p=[0.3, 0.4, 0.3])
+        table = Paired(0, int((d < 0).sum()), int((d > 0).sum()), int((d == 0).sum()))
+        assert stats.sign_flip_p(list(d)) == pytest.approx(stats.mcnemar_exact(table), abs=1e-12)
+    # two seeds, each summed over two tasks to +2: P(S = +-4) = 2 * 1/4
+    assert stats.sign_flip_p([2, 2]) == pytest.approx(0.5)
+    assert stats.sign_flip_p([3, 1, 0]) == pytest.approx(0.5)  # S in {4, 2, -2, -4}, each 1/4: P(|S| >= 4)
+    assert stats.sign_flip_p([3, -1, 0]) == 1.0  # observed 2: every |S| is at least 2
+
+
+def test_zero_vs_five_discordant_of_twenty_interval_and_test_agree(tmp_path, capsys):
+    """Exact McNemar p = 2 / 2**5 = 0.0625: not significant. Newcombe's interval beside it was
+    [+3.3, +42.7], excluding 0; the exact conditional interval includes it."""
+    a, b = outcomes(n_both=10, n_only_a=0, n_only_b=5, n_neither=5)
+    write_info(tmp_path / "a", [task("t", a, range(20))])
+    write_info(tmp_path / "b", [task("t", b, range(20))])
+    cmp = compare_runs(load_run(str(tmp_path / "a"), "A"), load_run(str(tmp_path / "b"), "B"))
+    (row,) = cmp.tasks
+    assert row.p == pytest.approx(0.0625) and row.verdict == "not significant"
+    assert row.ci[0] < 0 < row.ci[1], row.ci
+
+
+def test_the_paired_interval_excludes_0_exactly_when_exact_mcnemar_rejects():
+    """Every table of 20 pairs, at alpha 0.05 and 0.01, and its exact coverage >= 1 - alpha at
+    a few discordance rates (summed over every table)."""
+    from scipy.stats import multinomial
+
+    n = 20
+    for alpha in (0.05, 0.01):
+        for b in range(n + 1):
+            for c in range(n + 1 - b):
+                t = Paired(n - b - c, b, c, 0)
+                lo, hi = stats.mcnemar_interval(t, alpha)
+                assert lo <= (c - b) / n <= hi
+                assert (stats.mcnemar_exact(t) < alpha) == (lo > 0 or hi < 0), (b, c, lo, hi)
+    for p_a, p_b in ((0.05, 0.2), (0.1, 0.1), (0.0, 0.25), (0.3, 0.3), (0.15, 0.35)):
+        cover = sum(multinomial.pmf([b, c, n - b - c], n, [p_a, p_b, 1 - p_a - p_b])
+                    * (lambda ci: ci[0] <= p_b - p_a <= ci[1])(stats.mcnemar_interval(Paired(n - b - c, b, c, 0), 0.05))
+                    for b in range(n + 1) for c in range(n + 1 - b))
+        assert cover >= 0.95, (p_a, p_b, cover)
+
+
+def test_a_second_opinion_from_statsmodels():
+    """The same numbers from statsmodels on the same data: exact McNemar p, Clopper-Pearson and
+    Wilson intervals, Newcombe's unpaired interval (tolerance 1e-9, floating point; statsmodels'
+    Clopper-Pearson uses the same beta quantiles). The sign-flip test of one task is McNemar's."""
+    pytest.importorskip("statsmodels")
+    from statsmodels.stats.contingency_tables import mcnemar
+    from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
+
+    from rollbench.results.summary import wilson
+
+    for b, c in ((0, 5), (1, 9), (3, 3), (7, 2), (12, 30), (0, 0)):
+        t = Paired(10, b, c, 8)
+        ref = mcnemar([[t.both, t.only_a], [t.only_b, t.neither]], exact=True).pvalue
+        assert stats.mcnemar_exact(t) == pytest.approx(min(1.0, ref), abs=1e-9)
+        d = [1] * c + [-1] * b + [0] * 18
+        assert stats.sign_flip_p(d) == pytest.approx(min(1.0, ref), abs=1e-9)
+    for k, n in ((0, 10), (5, 20), (20, 20), (37, 50), (1, 3)):
+        for alpha in (0.05, 0.01):
+            assert stats.clopper_pearson(k, n, alpha) == pytest.approx(proportion_confint(k, n, alpha, method="beta"), abs=1e-9)
+        assert wilson(k, n) == pytest.approx(proportion_confint(k, n, 0.05, method="wilson"), abs=1e-9)
+    for k_a, n_a, k_b, n_b in ((48, 80, 56, 70), (1, 34, 7, 34), (10, 10, 0, 10), (3, 12, 9, 15)):
+        ref = confint_proportions_2indep(k_b, n_b, k_a, n_a, method="newcomb", compare="diff")
+        assert stats.newcombe_unpaired(k_a, n_a, k_b, n_b) == pytest.approx(ref, abs=1e-9)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import socket
 import subprocess
@@ -15,11 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import REPO, CliResult, load_info, per_episode, run_subprocess, subprocess_env
+from rollbench.cli import adaptive_line
+from rollbench.plan import make_plan
+from rollbench.report.paired_stop import PairedRule
 from rollbench.report.sequential import fixed_budget_test, sequential_tasks
+from rollbench.report.versus import paired_decision
 from rollbench.results import stopped, store
+from rollbench.results.adaptive import Stops, apply, stop_json
 from rollbench.results.log import EPISODES_DIR
+from rollbench.results.merge import merge
+from rollbench.results.records import EpisodeRecord
 from rollbench.results.store import MANIFEST
 from rollbench.results.summary import wilson
 
@@ -277,3 +287,92 @@ def test_a_comparison_that_cannot_pair_is_refused_in_one_line(fixed60, tmp_path:
     assert res.rc == 2, res.err
     assert needle in res.err and "Traceback" not in res.err
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+# -- a decision at the last look (issue 47) ------------------------------------------------------
+
+
+def _decided_at_the_budget(design: str) -> tuple[dict[int, bool | None], dict[int, bool | None]]:
+    """A: every episode of 20 succeeds; B loses early pairs in each block, too few for the look
+    at 10 pairs to decide (level 0.05, a look every 10) and enough for the look at 20, the budget."""
+    first, second = {"anytime": (5, 2), "fixed": (3, 3)}[design]
+    a: dict[int, bool | None] = {i: True for i in range(20)}
+    b: dict[int, bool | None] = {i: (i >= first) if i < 10 else (i - 10 >= second) for i in range(20)}
+    return a, b
+
+
+@pytest.mark.parametrize("design", ["anytime", "fixed"])
+def test_a_decision_at_the_last_look_is_reported_as_that_decision(design: str) -> None:
+    """Before issue 47 a decision reached at the budget became reason "max_episodes" while
+    `stop.versus` said "worse" (and the closing line counted one task fewer)."""
+
+    a, b = _decided_at_the_budget(design)
+    for n in (10, 19):  # the look at 10 decides nothing; a look at 20 needs all 20
+        early = paired_decision(a, {i: b[i] for i in range(n)}, 20, 20, 10, 0.05, 0.05, design)  # type: ignore[arg-type]
+        assert (early.n_episodes, early.reason) == (None, "running")
+    stop = paired_decision(a, b, 20, 20, 10, 0.05, 0.05, design)  # type: ignore[arg-type]
+    assert stop.details is not None and stop.details["versus"]["decision"] == "worse"
+    assert (stop.n_episodes, stop.reason, stop.looked_at) == (20, "worse", 20)  # it stops where no decision would
+    mirror = paired_decision(b, a, 20, 20, 10, 0.05, 0.05, design)  # type: ignore[arg-type]
+    assert (mirror.n_episodes, mirror.reason) == (20, "better")
+    # the closing line counts what eval_info's stop.reason and stop.versus say
+    rule = PairedRule(("",), 1, 0.05, 0.05, 10, 20)
+    entry = {"stop": stop_json(rule, stop, 0)}
+    assert entry["stop"]["reason"] == entry["stop"]["versus"]["decision"] == "worse" and entry["stop"]["saved"] == 0
+    line = adaptive_line({"versus": "A", "block": 10, "alpha": 0.05, "max_episodes": 20, "episodes_saved": 0,
+                          "tasks_running": 0, "episodes_ran_past_stop": 0}, 1, [entry])
+    assert "this run is 1 worse" in line
+
+
+@pytest.mark.parametrize("design", ["anytime", "fixed"])
+def test_a_sweeps_condition_decided_at_the_last_look_is_that_decision(design: str) -> None:
+    """--eval.perturb_stop=paired uses the same function: the condition says "worse" at the
+    budget; its control ran every episode ("max_episodes": no condition stopped it early)."""
+    a, b = _decided_at_the_budget(design)
+    rule = PairedRule(("", "noise"), 1, 0.05, 0.05, 10, 20, design=design)  # type: ignore[arg-type]
+    outcomes = {("g", 0, ""): a, ("g", 0, "noise"): b}
+    got = rule.decide(("g", 0, "noise"), outcomes)
+    assert (got.n_episodes, got.reason) == (20, "worse")
+    control = rule.decide(("g", 0, ""), outcomes)
+    assert (control.n_episodes, control.reason) == (20, "max_episodes")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data(), st.integers(1, 12), st.sampled_from(["anytime", "fixed"]))
+def test_a_complete_prefix_stops_with_the_tests_decision(data: st.DataObject, block: int, design: str) -> None:
+    """Once every pair up to the budget is in, `stop.reason` is the test's decision whenever the
+    test decided (at any look, the last included), and "max_episodes" only when it did not."""
+    n = data.draw(st.integers(1, 40))
+    # A mostly succeeds and B mostly fails, so that many draws decide, some at the last look
+    a = dict(enumerate(data.draw(st.lists(st.sampled_from([True] * 6 + [False, None]), min_size=n, max_size=n))))
+    b = dict(enumerate(data.draw(st.lists(st.sampled_from([False, False, True, None]), min_size=n, max_size=n))))
+    stop = paired_decision(a, b, n, n, block, 0.05, 0.05, design)  # type: ignore[arg-type]
+    assert stop.details is not None
+    decision = stop.details["versus"]["decision"]
+    assert stop.reason == (decision if decision != "undecided" else "max_episodes")
+    assert stop.n_episodes is not None and stop.n_episodes <= n
+    if stop.reason == "max_episodes":
+        assert stop.n_episodes == n
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data(), st.randoms(use_true_random=False))
+def test_paired_stops_do_not_depend_on_the_order_records_arrive_in(data: st.DataObject, rnd: random.Random) -> None:
+    """A sweep's paired stop, a decision at the last look included, is the same whatever order
+    its episodes finish in: live (`Stops`) and at the close (`apply`)."""
+    n = data.draw(st.integers(10, 30))
+    control = data.draw(st.lists(st.sampled_from([True] * 6 + [False, None]), min_size=n, max_size=n))
+    noisy = data.draw(st.lists(st.sampled_from([False, False, True, None]), min_size=n, max_size=n))
+    rule = PairedRule(("", "noise"), 1, 0.05, 0.05, 10, n)
+    plan = make_plan({"g": ["t"]}, n, 0, conditions=("", "noise"))
+    records = [EpisodeRecord.from_unit(u, success=bool(o), sum_reward=0.0, max_reward=0.0, n_steps=1,
+                                       status="ok" if o is not None else "failed")
+               for u, o in zip(plan, [*control, *noisy], strict=True)]
+    want = {key: rule.decide(key, {("g", 0, ""): dict(enumerate(control)), ("g", 0, "noise"): dict(enumerate(noisy))})
+            for key in (("g", 0, ""), ("g", 0, "noise"))}
+    rnd.shuffle(records)
+    stops = Stops(rule)
+    for rec in records:
+        stops.observe(rec)
+    assert stops.cutoffs == {key: stop.n_episodes for key, stop in want.items()}
+    assert apply(rule, merge(records, plan)).stops == want

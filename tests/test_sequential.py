@@ -146,7 +146,7 @@ def test_bad_input_says_what_is_wrong():
 # -- many tasks ---------------------------------------------------------------------
 
 
-def test_tasks_are_tested_at_alpha_over_t_and_pooled_in_round_robin():
+def test_tasks_are_tested_at_alpha_over_t_and_pooled_per_episode_index():
     rng = np.random.default_rng(0)
     same = (rng.random(60) < 0.5).astype(int).tolist()
     pairs = {"reach": ([0] * 60, [1] * 60), "push": (same, same), "pick": (same, [1 - v for v in same])}
@@ -160,10 +160,12 @@ def test_tasks_are_tested_at_alpha_over_t_and_pooled_in_round_robin():
     assert (out.tasks["push"].decision, out.tasks["push"].stopped_at) == ("equivalent", 60)
     assert out.tasks["pick"].decision == "undecided"  # every pair discordant, half won by each
     assert out.pooled.alpha == 0.06
-    # pooled order: episode 0 of pick, push, reach, then episode 1, ...; looks every 30 pairs
-    a = [v for i in range(60) for v in (pairs["pick"][0][i], pairs["push"][0][i], pairs["reach"][0][i])]
-    b = [v for i in range(60) for v in (pairs["pick"][1][i], pairs["push"][1][i], pairs["reach"][1][i])]
-    assert out.pooled == sq.sequential_test(a, b, 0.06, 0.1, 30)
+    # pooled: index i is one observation, the mean over tasks of b - a; a look every 10 indices
+    d = np.array([(pairs[n][1][i] - pairs[n][0][i]) for i in range(60) for n in pairs]).reshape(60, 3).mean(axis=1)
+    runs = sq._run_d(d[None], np.zeros((1, 60)), np.zeros((1, 60)), 0.06, 0.1, 10)
+    assert (out.pooled.decision, out.pooled.interval) == (sq._DECISIONS[int(runs.decision[0])], (runs.lo[0], runs.hi[0]))
+    assert out.pooled.n_pairs == 3 * 10 * int(runs.looks[0])
+    assert out.pooled.decision == "better"  # reach's +1 on every index: the mean difference is 1/3
 
 
 def test_tasks_of_different_lengths_pool_what_they_have():
@@ -342,3 +344,65 @@ def test_every_fixed_budget_decision_agrees_with_its_interval(pairs, alpha, bloc
         assert hi < 0
     else:
         assert r.decision == "undecided" and lo <= 0 <= hi
+
+
+# -- tasks that share seeds (issue 47) ---------------------------------------------------
+
+
+def shared_seed_runs(rng: np.random.Generator, sims: int, tasks: int, n: int, rho: float, p: float = 0.5) -> np.ndarray:
+    """One run's outcomes (sims, tasks, n): episode i of every task runs with seed + i, and
+    with chance rho that seed decides every task's outcome at once (one shared uniform), so
+    two tasks' outcomes at one index correlate by rho; different indices are independent."""
+    shared = rng.random((sims, 1, n)) < rho
+    return np.where(shared, rng.random((sims, 1, n)), rng.random((sims, tasks, n))) < p
+
+
+def false_rates(tasks: int, n: int, rho: float, sims: int, design: str) -> tuple[float, float, np.ndarray]:
+    """(round robin's false better/worse rate, per-index pooling's, per-index decisions) for
+    two independent runs of one policy: the old pooled test took the pairs round robin (episode
+    0 of each task, then 1, ...) as if independent, looking every block * T pairs."""
+    rng = np.random.default_rng(47 + tasks)
+    a, b = shared_seed_runs(rng, sims, tasks, n, rho), shared_seed_runs(rng, sims, tasks, n, rho)
+    ra, rb = a.transpose(0, 2, 1).reshape(sims, -1), b.transpose(0, 2, 1).reshape(sims, -1)
+    s_i = b.astype(int).sum(axis=1) - a.astype(int).sum(axis=1)
+    if design == "fixed":
+        up, down, _ = sq._group_sequential(ra != rb, rb & ~ra, np.full(sims, 0.5), 0.05, 10 * tasks, n * tasks)
+        old = (up | down).any(axis=1)
+        up, down, _ = sq._group_sequential(np.abs(s_i), s_i > 0, np.full(sims, 0.5), 0.05, 10, n)
+        new = (up | down).any(axis=1)
+        return float(old.mean()), float(new.mean()), new
+    old_runs = sq._run(ra, rb, 0.05, 0.05, 10 * tasks)
+    runs = sq._run_d(s_i / tasks, (a != b).sum(axis=1), (b & ~a).sum(axis=1), 0.05, 0.05, 10)
+    decided = np.isin(runs.decision, (1, 2))
+    return float(np.isin(old_runs.decision, (1, 2)).mean()), float(decided.mean()), decided
+
+
+@pytest.mark.parametrize("design", ["anytime", "fixed"])
+@pytest.mark.parametrize(("tasks", "n", "rho", "sims"), [(2, 100, 0.35, 1500), (10, 40, 0.2, 1200), (50, 20, 0.1, 300)])
+def test_the_pooled_decision_holds_its_level_when_tasks_share_seeds(tasks, n, rho, sims, design):
+    """Two runs of the same policy: every task at 0.5, outcomes at one episode index
+    correlated by rho across tasks. Pooling round robin says better/worse far more often
+    than alpha; pooling per index holds alpha (within three Monte Carlo standard errors)."""
+    old, new, decided = false_rates(tasks, n, rho, sims, design)
+    print(f"\n{design} T={tasks} rho={rho}: round robin {old:.3f}, per index {new:.3f} ({sims} sims)")
+    bound = 0.05 + three_se(0.05, sims)
+    assert old > bound and new <= bound, (old, new)
+    # the public function pools the same way
+    rng = np.random.default_rng(47 + tasks)
+    a, b = shared_seed_runs(rng, sims, tasks, n, rho), shared_seed_runs(rng, sims, tasks, n, rho)
+    for r in range(3):
+        pairs = {f"t{t}": (a[r, t].tolist(), b[r, t].tolist()) for t in range(tasks)}
+        pooled = sq.sequential_tasks(pairs, 0.05, 0.05, 10, design).pooled  # type: ignore[arg-type]
+        assert (pooled.decision in ("better", "worse")) == bool(decided[r])
+
+
+def test_the_pooled_fixed_design_is_the_group_sequential_test_of_index_sums():
+    """The pooled fixed design walks the index sums S_i (steps of their sizes, each sign a fair
+    coin under exchangeable A and B), so one index of S = +3 is one coin, never a decision."""
+    pairs = {"x": ([0] * 20, [1] * 20), "y": ([0] * 20, [1] * 20), "z": ([1] * 20, [1] * 20)}
+    out = sq.sequential_tasks(pairs, block=10, design="fixed").pooled
+    # ten steps of +2 at the first look: P(all up) = 2**-10 = 0.001 < spent(0.05, 10 / 20) / 2 = 0.0028
+    assert (out.decision, out.stopped_at, out.n_pairs) == ("better", 30, 30)
+    assert out.interval[0] > 0
+    one = sq.sequential_tasks({"x": ([0], [1]), "y": ([0], [1]), "z": ([0], [1])}, block=1, design="fixed").pooled
+    assert one.decision == "undecided"

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import load_info
-from rollbench.results.summary import aggregate, wilson
+from rollbench.results.summary import aggregate, table, wilson
 
 
 def strict_json(path: Path):
@@ -231,3 +231,93 @@ def test_intervals_are_lerobot_main_s(k: int, n: int, interval: list[float]) -> 
     agg = aggregate(recs)
     assert (agg["n_episodes"], agg["n_success"], agg["pc_success"]) == (n, k, 100.0 * k / n)
     assert agg["pc_success_ci95"] == pytest.approx(interval, abs=0.005)
+
+
+# -- an adaptive run's closing table (issue 47) ------------------------------------------------
+
+
+def _entry(task_id: int, name: str, k: int, n: int, ci: list[float], stop: dict) -> dict:
+    summary = {"n_episodes": n, "pc_success": 100.0 * k / n, "pc_success_ci95": ci, "avg_episode_length": 5.0,
+               "n_failed": 0}
+    return {"task_group": "all", "task_id": task_id, "task": name, "summary": summary, "stop": stop}
+
+
+def _adaptive_info(tasks: list[dict], overall: float, ci: list[float], of: str, rule: dict) -> dict:
+    n = sum(t["summary"]["n_episodes"] for t in tasks)
+    return {"per_task": tasks, "per_group": {}, "adaptive": rule,
+            "overall": {"n_episodes": n, "pc_success": overall, "pc_success_ci95": ci, "avg_episode_length": 5.0,
+                        "n_failed": 0, "pc_success_of": of}}
+
+
+def _printed(out: str) -> dict[str, tuple[float, float, float]]:
+    """Each table row's printed (success %, CI low, CI high)."""
+    rows = {}
+    for line in out.splitlines():
+        cells = line.split()
+        if len(cells) >= 5 and cells[3].startswith("[") and cells[2] != "-":
+            rows[cells[0]] = (float(cells[2]), float(cells[3][1:-1]), float(cells[4][:-1]))
+    return rows
+
+
+def _stopped(reason: str, n: int, max_episodes: int, **more: object) -> dict:
+    return {"reason": reason, "n_episodes": n, "max_episodes": max_episodes, "saved": max_episodes - n, **more}
+
+
+def test_a_ci_width_runs_rows_show_the_unbiased_rates_its_overall_is_the_mean_of() -> None:
+    """Before: the rows showed each prefix's k/n (96.7 for mid), the overall row the mean of
+    the unbiased rates (71.8, not the rows' 72.2), and nothing said why far's exact interval is
+    wider than W (issue 47)."""
+    rule = {"ci_width": 0.2, "block": 10, "max_episodes": 100}
+    tasks = [
+        _entry(0, "near", 20, 20, [83.2, 100.0], _stopped("ci_width", 20, 100, pc_success_unbiased=100.0,
+                                                           wilson_ci95=[83.9, 100.0])),
+        _entry(1, "mid", 29, 30, [81.3, 99.9], _stopped("ci_width", 30, 100, pc_success_unbiased=95.0,
+                                                         wilson_ci95=[83.3, 99.4])),
+        _entry(2, "far", 12, 60, [11.0, 32.7], _stopped("ci_width", 60, 100, pc_success_unbiased=20.3,
+                                                         wilson_ci95=[11.8, 31.8])),
+    ]
+    out = table(_adaptive_info(tasks, 71.77, [66.3, 77.3], "the mean of 3 tasks' unbiased rates", rule))
+    rows = _printed(out)
+    assert [rows[t][0] for t in ("near", "mid", "far")] == [100.0, 95.0, 20.3]
+    assert rows["overall"][0] == pytest.approx(sum(rows[t][0] for t in ("near", "mid", "far")) / 3, abs=0.05)
+    assert all(lo <= point <= hi for point, lo, hi in rows.values())
+    assert "ci_width at 60" in out
+    notes = " ".join(out.split())
+    assert "unbiased" in notes and "overall: the mean of 3 tasks' unbiased rates" in notes
+    assert "progress line shows the mean of the tasks' k/n" in notes
+    # far met W on its Wilson interval (20.0 wide) and shows the exact one, 21.7 wide: said, and why
+    assert "1 of 3 stopped tasks show one wider than --eval.ci_width's 20 points (far 21.7)" in notes
+    assert "pays for that stop" in notes
+
+
+def test_no_printed_point_lies_outside_its_own_interval() -> None:
+    """A task a comparison stopped early once printed `50.0 [59.8, 78.0]`, its prefix's k/n
+    outside its anytime interval: it shows the interval's midpoint, said so; a task that ran
+    every episode keeps its k/n; a point outside its interval (any row) gives way to the midpoint."""
+    rule = {"versus": "other", "alpha": 0.05, "margin": 0.05, "block": 10, "max_episodes": 60}
+    tasks = [
+        _entry(0, "near", 15, 30, [59.8, 78.0], _stopped("worse", 30, 60, wilson_ci95=[33.2, 66.8])),
+        _entry(1, "mid", 51, 60, [69.8, 94.8], _stopped("worse", 60, 60, wilson_ci95=[73.9, 91.9])),
+        _entry(2, "far", 6, 60, [12.0, 30.0], _stopped("max_episodes", 60, 60, wilson_ci95=[4.7, 20.1])),
+    ]
+    out = table(_adaptive_info(tasks, 48.3, [41.0, 55.6], "the mean of 3 tasks' rates", rule))
+    rows = _printed(out)
+    assert rows["near"][0] == pytest.approx((59.8 + 78.0) / 2, abs=0.05)
+    assert rows["mid"][0] == 85.0  # every episode ran: its k/n, inside its interval
+    assert rows["far"][0] == 21.0  # 10.0 lies outside [12.0, 30.0]: the midpoint
+    assert all(lo <= point <= hi for point, lo, hi in rows.values())
+    notes = " ".join(out.split())
+    assert "the midpoint of its 95% CI" in notes and "k/n of a task that ran every episode" in notes
+    assert "(their k/n, not the midpoints above)" in notes and "anytime-valid interval" in notes
+    assert "worse at 30" in out and "max_episodes at 60" in out
+
+
+def test_a_fixed_runs_table_has_no_stop_column_and_no_notes() -> None:
+    tasks = [_entry(0, "near", 5, 10, [23.7, 76.3], {})]
+    for t in tasks:
+        del t["stop"]
+    info = _adaptive_info(tasks, 50.0, [23.7, 76.3], "", {})
+    del info["adaptive"]
+    out = table(info)
+    assert out.splitlines()[0].split() == ["task", "episodes", "success", "%", "95%", "CI", "mean", "length", "failed"]
+    assert _printed(out)["near"][0] == 50.0 and "success %:" not in out

@@ -2,12 +2,19 @@
 
 On a terminal it redraws one line on stderr; otherwise it logs a plain line every few
 seconds, so CI logs and `nohup` files stay readable.
+
+Its success figure is the one the closing table's `overall` row is built like: a fixed run's
+pooled rate (every task runs the same episodes); an adaptive run's mean of its tasks' rates
+(`--eval.ci_width` and `--eval.versus` stop tasks after different numbers of episodes, and
+pooling would weigh the tasks that ran longer more: 55.5% pooled beside 72.2% in issue 47),
+labelled as such. In a sweep, as in the table, the tasks are the control's.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections import defaultdict
 from typing import TextIO
 
 from rollbench.results.records import EpisodeRecord
@@ -29,6 +36,8 @@ class Progress:
         self.success = 0
         self.failed = 0
         self.steps = 0
+        # an adaptive run's per-task counts of this process's episodes: [successes, finished ok]
+        self.by_task: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.every_s = every_s
@@ -40,6 +49,10 @@ class Progress:
         self.success += rec.ok and rec.success
         self.failed += not rec.ok
         self.steps += rec.n_steps
+        if rec.ok and not rec.condition:  # a sweep's table is its control's
+            counts = self.by_task[(rec.task_group, rec.task_id)]
+            counts[0] += bool(rec.success)
+            counts[1] += 1
         now = time.monotonic()
         if self.tty or now - self._last >= self.every_s or self.done == self.total:
             self._last = now
@@ -55,7 +68,7 @@ class Progress:
         finished_ok = new - self.failed
         rate = new / elapsed if elapsed > 0 else 0.0
         eta = (self.total - self.done) / rate if rate > 0 else None
-        succ = f"{100.0 * self.success / finished_ok:.1f}%" if finished_ok else "-"
+        succ = self.success_text(finished_ok)
         parts = [
             f"episodes {self.done}/{'<=' if self.at_most and self.done < self.total else ''}{self.total}",
             f"success {succ}",
@@ -66,6 +79,17 @@ class Progress:
         if self.failed:
             parts.append(f"failed {self.failed}")
         return " | ".join(p for p in parts if p)
+
+    def success_text(self, finished_ok: int) -> str:
+        """The success so far: pooled in a fixed run; in an adaptive one, the mean of the
+        tasks' rates (what its closing `overall` row is a mean of), said so."""
+        if not self.at_most:
+            return f"{100.0 * self.success / finished_ok:.1f}%" if finished_ok else "-"
+        rates = [k / n for k, n in self.by_task.values() if n]
+        if not rates:
+            return "-"
+        of = f"mean of {len(rates)} tasks' k/n" if len(rates) > 1 else "k/n"
+        return f"{100.0 * sum(rates) / len(rates):.1f}% ({of})"
 
     def _draw(self, now: float) -> None:
         if self.tty:

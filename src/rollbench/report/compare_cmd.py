@@ -18,9 +18,14 @@ COMPARE_HELP = """usage: rollbench compare A B [--html=OUT] [--fail-if-worse] [-
 
 Is B better than A, on which tasks, and can the data tell? A and B are output directories
 of `rollbench eval` or `lerobot-eval`, or their eval_info.json files. For every task both
-ran, and for all of them pooled: each success rate with its 95% Wilson interval, B - A with
-Newcombe's 95% interval, and an exact test: McNemar when both ran the same units (task,
-seed), else Boschloo; Holm-corrected across tasks. The verdict calls a difference only
+ran, and for all of them pooled: each success rate with its 95% Wilson interval (a task an
+adaptive run stopped: the run's own rate and exact interval), B - A with a 1 - alpha interval
+that agrees with its test: exact McNemar with its exact conditional interval when both ran
+the same units (task, seed), else Boschloo beside Newcombe's interval; Holm-corrected across
+tasks. Pooled over tasks, the seed is the independent unit (every task's episode i ran with
+seed + i): an exact sign-flip test of each seed's B - A summed over the tasks, or a t test
+with a variance clustered on the seed (adaptive runs: on the mean of the tasks' rule-aware
+rates, whose overall is each run's eval_info.json's). The verdict calls a difference only
 where the test supports it, and says how many episodes per task would decide the rest.
 Warns when the runs differ in package versions, benchmark settings, seeds, episode
 counts or step limits. Two sweeps (--eval.perturb) are also compared condition by
@@ -51,6 +56,11 @@ exit codes: 0 compared, 1 B is worse (with --fail-if-worse), 2 bad arguments"""
 HEADER = ("task", "A", "B", "B - A, points [95% CI]", "test", "p", "p Holm", "verdict", "n for 80% power")
 
 
+def _header(cmp: Comparison) -> tuple[str, ...]:
+    """HEADER with the level of the intervals of B - A (1 - alpha: they agree with the tests)."""
+    return (*HEADER[:3], f"B - A, points [{cmp.level} CI]", *HEADER[4:])
+
+
 def _rate(r: Rate) -> str:
     lo, hi = r.ci
     return f"{r.k}/{r.n} {r.pct:.0f}% [{lo:.0f}, {hi:.0f}]"
@@ -58,14 +68,15 @@ def _rate(r: Rate) -> str:
 
 def _cells(r: Row, overall: bool = False) -> tuple[str, ...]:
     diff = f"{r.diff:+.1f} [{r.ci[0]:+.1f}, {r.ci[1]:+.1f}]"
-    test = f"McNemar ({r.paired.n} pairs)" if r.paired else r.test
+    by_seed = " by seed" if r.test.endswith("by seed") else ""
+    test = f"McNemar ({r.paired.n} pairs){by_seed}" if r.paired and "McNemar" in r.test else r.test
     needed = "-" if r.needed is None else f"{r.needed}{' per task' if overall else ''}"
     return (r.name, _rate(r.a), _rate(r.b), diff, test, stats.fmt_p(r.p), "-" if overall else stats.fmt_p(r.p_adj),
             r.verdict, needed)
 
 
 def text(cmp: Comparison) -> str:
-    rows = [HEADER, *(_cells(r) for r in cmp.tasks)]
+    rows = [_header(cmp), *(_cells(r) for r in cmp.tasks)]
     if len(cmp.tasks) > 1:
         rows.append(_cells(cmp.overall, overall=True))
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
@@ -95,7 +106,7 @@ def condition_lines(cmp: Comparison) -> list[str]:
     overall line above), Holm across the conditions."""
     if not cmp.conditions:
         return []
-    rows = [("condition", *HEADER[1:]), *(_condition_cells(r) for r in cmp.conditions)]
+    rows = [("condition", *_header(cmp)[1:]), *(_condition_cells(r) for r in cmp.conditions)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
     lines = ["", f"per condition (--eval.perturb; all tasks pooled, pairs: condition, task, episode; "
                  f"p Holm across the {len(cmp.conditions)} conditions):"]
@@ -142,7 +153,7 @@ def html_page(cmp: Comparison) -> str:
         c = [esc(x) for x in _cells(r, overall=r is cmp.overall)]
         c[7] = f'<span class="{verdict_class.get(r.verdict, "muted")}">{c[7]}</span>'
         cells.append(c)
-    body.append(table(HEADER, cells, raw=True))
+    body.append(table(_header(cmp), cells, raw=True))
     if cmp.conditions:
         body.append("<h2>B - A per condition</h2>")
         body.append(f'<p class="muted">--eval.perturb: each condition\'s episodes of every task, paired with the same '
@@ -153,7 +164,7 @@ def html_page(cmp: Comparison) -> str:
             c = [esc(x) for x in _condition_cells(r)]
             c[7] = f'<span class="{verdict_class.get(r.verdict, "muted")}">{c[7]}</span>'
             rows_c.append(c)
-        body.append(table(("condition", *HEADER[1:]), rows_c, raw=True))
+        body.append(table(("condition", *_header(cmp)[1:]), rows_c, raw=True))
     body.append("<h2>Runs</h2>")
     body += [*_run_block("A", cmp.a), *_run_block("B", cmp.b)]
     return page(f"rollbench compare: B {cmp.b.describe()} against A {cmp.a.describe()}", body)

@@ -4,6 +4,7 @@
                           same-seed episodes (same position), on the longest prefix both have
                           finished ──▶ sequential_test at alpha / (conditions x tasks)
                           ──▶ better / worse / equivalent at the first deciding look
+                              (the last one included: the condition then ran every episode)
                      └──▶ PairedRule.decide((task, control)): once every condition of the task
                           has stopped, at the longest of their prefixes (their pairs need it)
 
@@ -70,6 +71,7 @@ class PairedRule:
         if any(s.n_episodes is None for s in theirs):
             return TaskStop(None, "running", None, looked)
         n = max((s.n_episodes or 0 for s in theirs), default=self.max_episodes)
+        # a condition decided at the last look ran every episode: its control did too
         return TaskStop(n, "conditions_stopped" if n < self.max_episodes else "max_episodes", None, looked)
 
     def refresh(self) -> list[TaskKey]:

@@ -193,7 +193,7 @@ class Difference:
 
 
 def differences(rows: Sequence[Difference]) -> str:
-    """B - A per task with its 95% Newcombe interval; colour says what the test concluded."""
+    """B - A per task with its interval (the one that agrees with its test); colour says what the test concluded."""
     import matplotlib  # heavy: matplotlib (~0.1-0.3 s); loaded only when a chart is drawn
 
     fig = _figure(0.75 + 0.22 * len(rows), left=_label_width([r.name for r in rows]))
@@ -207,7 +207,7 @@ def differences(rows: Sequence[Difference]) -> str:
         ax.axvline(0, color="#212529", linewidth=0.8)
         ax.set_yticks(y, [r.name for r in rows])
         ax.set_xlim(-100, 100)
-        ax.set_xlabel("B - A, success percentage points (95% Newcombe interval)")
+        ax.set_xlabel("B - A, success percentage points (interval that agrees with the test)")
         ax.grid(axis="x", alpha=0.3)
     return to_svg(fig)
 

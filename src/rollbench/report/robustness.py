@@ -33,8 +33,8 @@ def section(run: LoadedRun) -> Iterator[str]:
         return
     yield "<h2>Robustness</h2>"
     yield ('<p class="muted">Every condition ran the control\'s episodes (same seeds, same initial states) with one '
-           "axis away from rest. Difference: condition − control on the episode pairs both finished, with Newcombe's "
-           "paired 95% interval; p: exact McNemar on the discordant pairs, Holm-adjusted over the conditions. Lost / gained: the pairs the control won and the "
+           "axis away from rest. Difference: condition − control on the episode pairs both finished, with the exact "
+           "conditional 95% interval of McNemar's test (it excludes 0 exactly when p < 0.05); p: exact McNemar on the discordant pairs, Holm-adjusted over the conditions. Lost / gained: the pairs the control won and the "
            "condition lost, and the reverse.</p>")
     yield table(("condition", "episodes", "success", "95% CI", "vs control, points [95% CI]",
                  "lost / gained pairs", "p Holm"), [_row(c) for c in per_cond])

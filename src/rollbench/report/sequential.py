@@ -32,11 +32,19 @@ whenever it stops (optional stopping).
 - **Many tasks.** Each task is tested at alpha / T (Bonferroni): every task then stops on
   its own evidence the moment it is decided, and all T claims hold at once by the union
   bound. Holm would gain little here and would tie each task's stop to the others'. The
-  pooled test, at alpha, takes the pairs of all tasks in round robin (episode 0 of
-  each task, then episode 1, ...) and looks every block * T pairs: under no difference
-  in any task the discordant pairs are still fair coins, so its e-value is valid, and its
-  sequence covers an average of the tasks' Delta (weighted by the bets, which change
-  slowly, so close to the plain mean). Its claims are not counted in the task family.
+  pooled test, at alpha, pools per episode index: every task's episode i runs with seed + i
+  (lerobot-eval's convention), so the pairs of one index are correlated across tasks and
+  only different indices are independent. Index i gives one observation, the mean over the
+  tasks that have it of d_{t,i}, in [-1, 1]; the betting sequence above runs on these (a
+  look every `block` indices), so Ville's inequality holds whatever the correlation across
+  tasks, and its sequence covers the mean of the tasks' Delta (tasks with fewer pairs weigh
+  less past their end). Pooling the pairs round robin as if independent said better/worse
+  up to 9% of the time at alpha = 0.05 for tasks whose outcomes correlate by 0.35 through
+  the seed (bench/sequential_numbers.py). The fixed design pools the same way: the exact
+  group-sequential test on the walk of S_i = sum over tasks of d_{t,i}, its steps' signs
+  fair coins given their sizes when A and B are exchangeable at each index (the same
+  policy); `_group_sequential` takes steps of any size. Pooled claims are not counted in
+  the task family.
 
 Only whole blocks are looked at: a tail shorter than `block` is not used.
 """
@@ -132,19 +140,27 @@ class _Runs:
 
 
 def _run(a: np.ndarray, b: np.ndarray, alpha: float, margin: float, block: int) -> _Runs:
-    rows, n_looks = a.shape[0], a.shape[1] // block
+    return _run_d(b.astype(float) - a.astype(float), a != b, b & ~a, alpha, margin, block)
+
+
+def _run_d(
+    d: np.ndarray, disc: np.ndarray, wins: np.ndarray, alpha: float, margin: float, block: int
+) -> _Runs:
+    """The sequential test of rows of differences d in [-1, 1] (one pair's, or an episode
+    index's mean over tasks), with the discordant pairs and B's wins each step holds."""
+    rows, n_looks = d.shape[0], d.shape[1] // block
     if n_looks == 0:
         zero = np.zeros(rows, dtype=int)
         return _Runs(zero, zero, zero, zero, np.zeros(rows), np.zeros(rows), -np.ones(rows), np.ones(rows))
-    a, b = a[:, : n_looks * block], b[:, : n_looks * block]
-    at = np.arange(block, n_looks * block + 1, block) - 1  # the last pair of each look
-    discordant = np.cumsum(a != b, axis=1)[:, at]
-    b_wins = np.cumsum(b & ~a, axis=1)[:, at]
+    d = d[:, : n_looks * block]
+    at = np.arange(block, n_looks * block + 1, block) - 1  # the last step of each look
+    discordant = np.cumsum(disc, axis=1)[:, at]
+    b_wins = np.cumsum(wins, axis=1)[:, at]
     threshold = math.log(1 / alpha)
     lo, hi, log_e = (np.zeros((rows, n_looks)) for _ in range(3))
     excluded = np.zeros((rows, len(GRID)), dtype=bool)  # at some time so far: out for good
     look = 0
-    for t, log_k in enumerate(_capital_steps(b.astype(float) - a.astype(float), GRID)):
+    for t, log_k in enumerate(_capital_steps(d, GRID)):
         excluded |= log_k >= threshold
         if t == at[look]:
             lo[:, look], hi[:, look] = _hull(excluded)
@@ -190,13 +206,15 @@ def _group_sequential(
     at each look, upward and downward: shapes (rows, looks) each, and the looks' pair counts.
 
     Given which pairs are discordant, S = B's wins - A's wins is a random walk of +-1 steps
-    (+1 with chance q) over them. At each look the boundaries u (and l) are the least extreme
+    (+1 with chance q) over them (`disc` may give integer step sizes instead: the pooled
+    walk of index sums, each step up with chance q given its size). At each look the boundaries u (and l) are the least extreme
     whose exact chance of being reached, on paths not stopped before, keeps each side's
     running total within spent(alpha, pairs / budget) / 2; unspent alpha carries forward. The
     chances are conditional on the discordant pattern, so the level holds whatever it is."""
     rows, n = disc.shape
     ends = _look_ends(n, block, budget)
-    width = 2 * max(ends, default=0) + 1
+    steps = disc.astype(int)  # a step's size: 1 for a discordant pair; pooled, |S_i|
+    width = 2 * max(ends, default=0) * max(1, int(steps.max(initial=0))) + 1
     centre = width // 2
     mass = np.zeros((rows, width))
     mass[:, centre] = 1.0
@@ -206,13 +224,15 @@ def _group_sequential(
     qq = q[:, None]
     look = 0
     for t in range(max(ends, default=0)):
-        moving = disc[:, t]
-        if moving.any():
-            stepped = np.zeros_like(mass)
-            stepped[:, 1:] += qq * mass[:, :-1]
-            stepped[:, :-1] += (1 - qq) * mass[:, 1:]
-            mass = np.where(moving[:, None], stepped, mass)
-        s_obs += np.where(moving, np.where(wins[:, t], 1, -1), 0)
+        size = steps[:, t]
+        for m in np.unique(size[size > 0]):
+            these = size == m
+            held, q_m = mass[these], qq[these]
+            stepped = np.zeros_like(held)
+            stepped[:, m:] += q_m * held[:, :-m]
+            stepped[:, :-m] += (1 - q_m) * held[:, m:]
+            mass[these] = stepped
+        s_obs += np.where(wins[:, t], size, -size)
         if t + 1 != ends[look]:
             continue
         side = spent(alpha, (t + 1) / budget) / 2
@@ -309,8 +329,12 @@ def sequential_test(
     if len(a) != len(b):
         raise ConfigError(f"A and B must be paired episode by episode, but A has {len(a)} outcomes and B {len(b)}")
     runs = _run(_outcomes(a, "A")[None], _outcomes(b, "B")[None], alpha, margin, block)
+    return _result(runs, int(runs.looks[0]) * block, alpha)
+
+
+def _result(runs: _Runs, n_pairs: int, alpha: float) -> SequentialResult:
+    """The first row of `runs` as a result, `n_pairs` the pairs it used."""
     decision = _DECISIONS[int(runs.decision[0])]
-    n_pairs = int(runs.looks[0]) * block
     return SequentialResult(
         decision=decision,
         n_pairs=n_pairs,
@@ -331,8 +355,9 @@ def sequential_tasks(
     block: int = 10,
     design: Design = "anytime",
 ) -> TaskComparison:
-    """Each task at alpha / T, and all tasks pooled in round robin at alpha (blocks of block * T).
-    design "fixed": the fixed-budget test, each task's budget the pairs it has."""
+    """Each task at alpha / T, and all tasks pooled per episode index at alpha (a look every
+    `block` indices). design "fixed": the fixed-budget test, each task's budget the pairs it
+    has, the pooled one's every index."""
 
     def test(a: Sequence[int | bool], b: Sequence[int | bool], level: float, looks: int) -> SequentialResult:
         if design == "fixed":
@@ -349,11 +374,76 @@ def sequential_tasks(
         if len(a) != len(b):
             raise ConfigError(f"task {name!r}: A has {len(a)} outcomes and B {len(b)}; pair them episode by episode")
         tasks[name] = test(a, b, alpha / len(names), block)
-    longest = max(len(pairs_by_task[name][0]) for name in names)
-    order = [(name, i) for i in range(longest) for name in names if i < len(pairs_by_task[name][0])]
-    pooled_a = [pairs_by_task[name][0][i] for name, i in order]
-    pooled_b = [pairs_by_task[name][1][i] for name, i in order]
-    return TaskComparison(tasks, test(pooled_a, pooled_b, alpha, block * len(names)))
+    by_index = _by_index([pairs_by_task[name] for name in names])
+    pooled = _pooled_fixed(by_index, alpha, block) if design == "fixed" else _pooled(by_index, alpha, margin, block)
+    return TaskComparison(tasks, pooled)
+
+
+@dataclass(frozen=True)
+class _ByIndex:
+    """The tasks' pairs by episode index (the seed they share): rows are tasks."""
+
+    a: np.ndarray  # (tasks, longest), False past a task's end
+    b: np.ndarray
+    present: np.ndarray  # whether the task has a pair at that index
+
+    @property
+    def mean_d(self) -> np.ndarray:
+        """Each index's mean over its tasks of b - a, in [-1, 1]."""
+        d = (self.b.astype(int) - self.a.astype(int)).sum(axis=0)
+        return d / np.maximum(self.present.sum(axis=0), 1)
+
+
+def _by_index(pairs: Sequence[tuple[Sequence[int | bool], Sequence[int | bool]]]) -> _ByIndex:
+    longest = max(len(a) for a, _ in pairs)
+    shape = (len(pairs), longest)
+    xa, xb, present = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
+    for t, (a, b) in enumerate(pairs):
+        xa[t, : len(a)], xb[t, : len(b)], present[t, : len(a)] = _outcomes(a, "A"), _outcomes(b, "B"), True
+    return _ByIndex(xa, xb, present)
+
+
+def _pooled(x: _ByIndex, alpha: float, margin: float, block: int) -> SequentialResult:
+    """The betting test on the indices' mean differences: independent across indices,
+    bounded, whatever ties the tasks of one index."""
+    runs = _run_d(x.mean_d[None], (x.a != x.b).sum(axis=0)[None], (x.b & ~x.a).sum(axis=0)[None], alpha, margin, block)
+    used = int(runs.looks[0]) * block
+    return _result(runs, int(x.present[:, :used].sum()), alpha)
+
+
+def _pooled_fixed(x: _ByIndex, alpha: float, block: int) -> SequentialResult:
+    """The fixed design pooled: the exact group-sequential test of the walk of index sums
+    S_i = sum over tasks of b - a, conditional on their sizes |S_i| (each step's sign a fair
+    coin when A and B are exchangeable at each index), budget every index. The interval is
+    the repeated confidence interval of q, the chance a nonzero S_i is positive, as the mean
+    difference psi (2q - 1) with psi, the mean |S_i| / tasks, at Hoeffding 97.5% bounds."""
+    s_i = (x.b.astype(int) - x.a.astype(int)).sum(axis=0)
+    size, wins = np.abs(s_i)[None], (s_i > 0)[None]
+    n = s_i.shape[0]
+    up, down, ends = _group_sequential(size, wins, np.array([0.5]), alpha, block, n)
+    if not ends:
+        return SequentialResult("undecided", 0, 0, 0, 1.0, 1.0, (-1.0, 1.0), None, alpha)
+    decided = up[0] | down[0]
+    k = int(np.argmax(decided)) if decided.any() else len(ends) - 1
+    used = ends[k]
+    decision: Decision = "better" if up[0, k] else "worse" if down[0, k] else "undecided"
+    rows = len(_Q_GRID)
+    grid_up, grid_down, _ = _group_sequential(
+        np.repeat(size[:, :used], rows, axis=0), np.repeat(wins[:, :used], rows, axis=0), _Q_GRID, alpha, block, n
+    )
+    kept = ~(grid_up[:, k] | grid_down[:, k])
+    q_lo, q_hi = (float(_Q_GRID[kept][0]), float(_Q_GRID[kept][-1])) if kept.any() else (0.5, 0.5)
+    psi = float(np.mean(np.abs(s_i[:used]) / np.maximum(x.present[:, :used].sum(axis=0), 1)))
+    slack = math.sqrt(math.log(40) / (2 * used))
+    psi_lo, psi_hi = max(0.0, psi - slack), min(1.0, psi + slack)
+    lo = (psi_lo if q_lo > 0.5 else psi_hi) * (2 * q_lo - 1)
+    hi = (psi_lo if q_hi < 0.5 else psi_hi) * (2 * q_hi - 1)
+    pairs = int(x.present[:, :used].sum())
+    return SequentialResult(
+        decision=decision, n_pairs=pairs, n_discordant=int((x.a != x.b)[:, :used].sum()),
+        b_wins=int((x.b & ~x.a)[:, :used].sum()), e_value=math.nan, p_value=math.nan, interval=(lo, hi),
+        stopped_at=None if decision == "undecided" else pairs, alpha=alpha,
+    )
 
 
 @dataclass(frozen=True)

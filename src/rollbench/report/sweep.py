@@ -6,7 +6,7 @@ eval_info.json's LeRobot keys (per_task, per_group, overall) are the control's; 
     {"condition": "action.noise=0.2", "axes": {"action.noise": 0.2},
      n_episodes, n_success, pc_success, pc_success_ci95 (Wilson),
      "vs_control": {n_pairs, both, only_control, only_condition, neither,
-                    difference_pc (condition - control), difference_ci95 (Newcombe, paired),
+                    difference_pc (condition - control), difference_ci95 (exact conditional, the interval of exact McNemar),
                     p_mcnemar (exact, two-sided), p_holm (Holm over the conditions)},
      "per_task": [{task_group, task_id, task, the same figures for that task}]}
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from rollbench import perturb
 from rollbench.plan import EpisodeUnit
-from rollbench.report.stats import Paired, holm, mcnemar_exact, newcombe_paired
+from rollbench.report.stats import Paired, holm, mcnemar_exact, mcnemar_interval
 from rollbench.results import adaptive
 from rollbench.results.eval_info import rule_aware_estimate
 from rollbench.results.merge import Merged
@@ -55,7 +55,7 @@ def _paired(control: dict[Pair, bool], mine: dict[Pair, bool]) -> Paired:
 def _versus(t: Paired) -> dict[str, Any]:
     if not t.n:
         return {"n_pairs": 0}
-    lo, hi = newcombe_paired(t)
+    lo, hi = mcnemar_interval(t, 0.05)  # excludes 0 exactly when p_mcnemar < 0.05 (issue 47)
     return {
         "n_pairs": t.n, "both": t.both, "only_control": t.only_a, "only_condition": t.only_b, "neither": t.neither,
         "difference_pc": 100.0 * (t.k_b - t.k_a) / t.n, "difference_ci95": [100.0 * lo, 100.0 * hi],

@@ -135,7 +135,9 @@ def paired_decision(a: Mapping[int, bool | None], b: Mapping[int, bool | None], 
     """B's stop by the sequential test of `b` against `a` (position -> success, None for a
     failed unit), paired by position on the longest prefix both have finished, looked at
     every `block` positions and at `reach` (the last position both can have); a decision
-    stops B at the prefix of positions its pairs came from. `label`: the details' key."""
+    stops B at the prefix of positions its pairs came from, and is reported as that decision
+    at the last look too (where it stops B at `max_episodes`, as no decision would: only the
+    reason differs). `label`: the details' key."""
     n = 0
     while n < reach and n in a and n in b:
         n += 1
@@ -156,8 +158,9 @@ def paired_decision(a: Mapping[int, bool | None], b: Mapping[int, bool | None], 
     }}
     if result.stopped_at is not None:
         k = index[result.stopped_at - 1] + 1  # the prefix of positions those pairs came from
-        if k < max_episodes:
-            return TaskStop(k, result.decision, None, looked, details)  # type: ignore[arg-type]
+        # a decision at the last look is one too (k = max_episodes): the closing line and
+        # `stop.reason` say what `stop.versus` says (issue 47)
+        return TaskStop(min(k, max_episodes), result.decision, None, looked, details)  # type: ignore[arg-type]
     if looked >= reach:
         return TaskStop(max_episodes, "max_episodes", None, looked, details)
     return TaskStop(None, "running", None, looked, details)

@@ -179,9 +179,11 @@ def _rule_aware(rule: adaptive.Rule, applied: adaptive.Applied, body: dict[str, 
     outcomes = adaptive.outcomes_of(rule, applied.merged.records.values())
     width = isinstance(rule, adaptive.StopRule)
     by_group: dict[str, list[stopped.TaskEstimate]] = {}
+    by_index: dict[str, list[list[bool | None]]] = {}  # the counted outcomes, for the tasks' covariance
     for entry in body["per_task"]:
         key = rule.key(entry["task_group"], entry["task_id"], "")  # a sweep's: the control's
-        est = rule_aware_estimate(rule, applied.stops[key], outcomes.get(key, {}), entry["n_success"], entry["n_episodes"])
+        seen, cut = outcomes.get(key, {}), applied.stops[key].n_episodes
+        est = rule_aware_estimate(rule, applied.stops[key], seen, entry["n_success"], entry["n_episodes"])
         if est is None:
             est = stopped.fixed_estimate(entry["n_success"], entry["n_episodes"])
         else:
@@ -191,11 +193,15 @@ def _rule_aware(rule: adaptive.Rule, applied: adaptive.Applied, body: dict[str, 
             entry["pc_success_ci95"] = entry["summary"]["pc_success_ci95"] = [100.0 * est.ci[0], 100.0 * est.ci[1]]
         if est is not None:
             by_group.setdefault(entry["task_group"], []).append(est)
+            counted = range(cut if cut is not None else max(seen, default=-1) + 1)
+            by_index.setdefault(entry["task_group"], []).append([seen.get(i) for i in counted])
     everything = [t for ts in by_group.values() for t in ts]
-    for where, tasks in [*((body["per_group"].get(g), ts) for g, ts in by_group.items()), (body["overall"], everything)]:
+    all_index = [o for os in by_index.values() for o in os]
+    groups = [(body["per_group"].get(g), ts, by_index[g]) for g, ts in by_group.items()]
+    for where, tasks, seeded in [*groups, (body["overall"], everything, all_index)]:
         if where is None or not tasks:
             continue
-        mean, se, ci = stopped.mean_of_rates(tasks)
+        mean, se, ci = stopped.mean_of_rates(tasks, seeded)
         where["pc_success_pooled"] = where["pc_success"]
         where["pc_success"] = 100.0 * mean
         where["pc_success_se"] = 100.0 * se

@@ -12,6 +12,7 @@ counted in `n_failed`. The JSON never holds NaN or Infinity: undefined values ar
 from __future__ import annotations
 
 import math
+import textwrap
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -195,10 +196,11 @@ def seed_results(body: dict[str, Any], merged: Merged, seeds: Sequence[int], n_e
     body["per_seed"] = overall
     pooled = body["overall"]
     # what the per-seed rates would spread by if the seeds only changed which episodes ran
-    # (one checkpoint: every seed block estimates the same rate, with binomial noise)
-    per_block = [b["n_episodes"] for b in overall if b["n_episodes"]]
-    p = pooled["n_success"] / pooled["n_episodes"] if pooled["n_episodes"] else None
-    noise = (100.0 * math.sqrt(p * (1 - p) / (sum(per_block) / len(per_block))) if p is not None and per_block else None)
+    # (one checkpoint: every seed block estimates the same rate, with binomial noise). A block's
+    # rate pools tasks of different rates: its variance is sum_t m_t p_t (1 - p_t) / M^2 (m_t:
+    # the task's episodes per block, M their sum), below the pooled p(1 - p) / M, which counts
+    # the spread between the tasks' rates as noise (issue 47: 5.16 where it is 4.34)
+    noise = _block_noise(body["per_task"], len(seeds))
     body["across_seeds"] = {
         "seeds": list(seeds), "n_seeds": len(seeds),  # every seed given: a seed with no finished episode pools none
         # the headline: every seed's episodes pooled, with the Wilson interval of `overall`
@@ -210,48 +212,164 @@ def seed_results(body: dict[str, Any], merged: Merged, seeds: Sequence[int], n_e
     }
 
 
+def _block_noise(per_task: Sequence[dict[str, Any]], n_seeds: int) -> float | None:
+    """The std (points) of one seed block's pooled rate from episode noise alone, each task
+    at its own rate (every seed's episodes of it pooled)."""
+    var, m_total = 0.0, 0.0
+    for t in per_task:
+        k, n = t["n_success"], t["n_episodes"]
+        if n:
+            m = n / n_seeds
+            var += m * (k / n) * (1 - k / n)
+            m_total += m
+    return 100.0 * math.sqrt(var) / m_total if m_total else None
+
+
 def _fmt_pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
 def table(info: dict[str, Any]) -> str:
-    """A plain-text summary table: task, episodes, success %, 95% CI, mean length."""
-    rows: list[tuple[str, ...]] = [("task", "episodes", "success %", "95% CI", "mean length", "failed")]
+    """A plain-text summary table: task, episodes, success %, 95% CI, mean length; an adaptive
+    run's adds where and why each task stopped, and notes under the table saying what its
+    success column and intervals are (`adaptive_notes`)."""
+    adaptive = "adaptive" in info
+    head = ("task", "episodes", "success %", "95% CI", "mean length", "failed")
+    rows: list[tuple[str, ...]] = [(*head, "stop") if adaptive else head]
+    kinds: set[str] = set()
 
-    def row(name: str, s: dict[str, Any]) -> tuple[str, ...]:
+    def row(name: str, s: dict[str, Any], point: tuple[float | None, str], stop: dict[str, Any] | None = None) -> tuple[str, ...]:
         ci = s["pc_success_ci95"]
         length = s["avg_episode_length"]
-        return (
+        cells = (
             name,
             str(s["n_episodes"]),
-            _fmt_pct(s["pc_success"]),
+            _fmt_pct(point[0]),
             "-" if ci is None else f"[{ci[0]:.1f}, {ci[1]:.1f}]",
             "-" if length is None else f"{length:.1f}",
             str(s["n_failed"]),
         )
+        return (*cells, _stop_cell(stop)) if adaptive else cells
 
     groups = {t["task_group"] for t in info["per_task"]}
     for t in info["per_task"]:
         name = t["task"] if len(groups) == 1 or t["task"] == t["task_group"] else f"{t['task_group']}/{t['task']}"
-        rows.append(row(name, t["summary"]))
+        point = task_point(t)
+        kinds.add(point[1])
+        rows.append(row(name, t["summary"], point, t.get("stop") or {}))
     if len(info["per_task"]) > 1:
         # a group row only says something new when some group holds several tasks
         if len(groups) > 1 and len(groups) < len(info["per_task"]):
             for g, s in info["per_group"].items():
-                rows.append(row(f"[{g}]", s))
-        rows.append(row("overall", info["overall"]))
+                rows.append(row(f"[{g}]", s, _inside(s["pc_success"], s["pc_success_ci95"], "mean")))
+        rows.append(row("overall", info["overall"], _inside(info["overall"]["pc_success"], info["overall"]["pc_success_ci95"], "mean")))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
-    for j, r in enumerate(rows):
+    for r in rows:
         lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
-        if j == 0 or (r[0] == "overall"):
-            pass
     lines.insert(1, "-" * len(lines[0]))
     if len(rows) > 2 and rows[-1][0] == "overall":
         lines.insert(len(lines) - 1, "-" * len(lines[0]))
+    if adaptive:
+        lines += ["", *adaptive_notes(info, kinds)]
     if "per_seed" in info:
         lines += ["", seed_line(info)]
     return "\n".join(lines)
+
+
+def _inside(value: float | None, ci: Sequence[float] | None, kind: str) -> tuple[float | None, str]:
+    """`value`, or the midpoint of `ci` when the value lies outside it: no point printed lies
+    outside its own interval."""
+    if value is None or ci is None or ci[0] - 1e-9 <= value <= ci[1] + 1e-9:
+        return value, kind
+    return (ci[0] + ci[1]) / 2, "midpoint"
+
+
+def task_point(entry: dict[str, Any]) -> tuple[float | None, str]:
+    """The success rate (percent) the closing table shows for a `per_task` entry, and what it
+    is: "unbiased" (a task `--eval.ci_width` stopped: the rule's unbiased rate), "midpoint" (a
+    task a comparison, `--eval.versus` or `--eval.perturb_stop=paired`, stopped early: the
+    midpoint of its anytime interval, as no rate unbiased under that stop is computed and its
+    k/n leans toward the decision) or "k/n" (a fixed run's task, one that ran every episode
+    under a comparison, or one still running). Never a point outside its own interval."""
+    stop = entry.get("stop") or {}
+    s = entry["summary"]
+    ci = s["pc_success_ci95"]
+    if stop.get("pc_success_unbiased") is not None:
+        return _inside(stop["pc_success_unbiased"], ci, "unbiased")
+    early = (stop.get("n_episodes") or 0) < stop.get("max_episodes", 0)
+    if "wilson_ci95" in stop and ci is not None and early:  # an interval that holds under the stop
+        return (ci[0] + ci[1]) / 2, "midpoint"
+    return _inside(s["pc_success"], ci, "k/n")
+
+
+def _stop_cell(stop: dict[str, Any] | None) -> str:
+    if stop is None:  # a group's or the overall row
+        return ""
+    if not stop:
+        return "-"
+    if stop.get("reason") in (None, "running"):
+        return "running"
+    return f"{stop['reason']} at {stop['n_episodes']}"
+
+
+def adaptive_notes(info: dict[str, Any], kinds: set[str]) -> list[str]:
+    """What an adaptive run's closing table shows: which point each row is, how the `overall`
+    row and the progress line relate to the rows, and why an interval is wider than
+    `--eval.ci_width` where one is."""
+    said = {
+        "unbiased": "a stopped task's rate unbiased under the rule (stop.pc_success_unbiased; its prefix's k/n, "
+                    "pc_success, leans toward where the rule stops)",
+        "midpoint": "a task the comparison stopped early: the midpoint of its 95% CI (its k/n, pc_success, "
+                    "leans toward the decision)",
+        "k/n": "k/n of a task that ran every episode, or is still running",
+    }
+    success = "; ".join(said[k] for k in ("unbiased", "midpoint", "k/n") if k in kinds)
+    of = info["overall"].get("pc_success_of")
+    if len(info["per_task"]) > 1 and of:
+        success += f"; overall: {of}"
+        if "midpoint" in kinds and "midpoint" not in of:
+            success += " (their k/n, not the midpoints above)"
+    notes = [f"success %: {success}; the progress line shows the mean of the tasks' k/n."]
+    stops = [t.get("stop") or {} for t in info["per_task"]]
+    interval = ""
+    if any(s.get("pc_success_unbiased") is not None for s in stops):
+        interval = "the rule's exact interval, which holds under its stop"
+    elif any("wilson_ci95" in s for s in stops):
+        interval = ("the anytime-valid interval of the task's episodes in order, which holds under the "
+                    "comparison's stop (the fixed-n one, stop.wilson_ci95, does not), so it is wider")
+    w = info["adaptive"].get("ci_width")
+    wider = _wider_than_w(info, float(w)) if w is not None else ""
+    if interval or wider:
+        notes.append("95% CI: " + "; ".join(x for x in (interval, wider) if x) + ".")
+    return [textwrap.fill(n, 110, subsequent_indent="  ") for n in notes]
+
+
+def _wider_than_w(info: dict[str, Any], w: float) -> str:
+    """Which stopped tasks' intervals are wider than `--eval.ci_width` and why: the rule met W
+    on the prefix's Wilson interval and the exact one, which pays for the stop, is wider; or
+    the task reached the maximum before its interval was W wide. "" when none is."""
+    met: list[str] = []
+    short: list[str] = []
+    stopped = 0
+    for t in info["per_task"]:
+        stop, ci = t.get("stop") or {}, t["summary"]["pc_success_ci95"]
+        if stop.get("reason") in (None, "running") or ci is None:
+            continue
+        stopped += 1
+        if ci[1] - ci[0] > 100 * w + 1e-9:
+            (met if stop["reason"] == "ci_width" else short).append(f"{t['task']} {ci[1] - ci[0]:.1f}")
+    points = f"{100 * w:g} points"
+    parts = []
+    if met:
+        parts.append(f"{len(met)} of {stopped} stopped tasks show one wider than --eval.ci_width's {points} "
+                     f"({', '.join(met)}): the rule stopped once the prefix's fixed-n interval (stop.wilson_ci95) "
+                     f"was at most {points} wide, and the exact interval also pays for that stop (a look every "
+                     f"block, stopping at the first narrow one), so it is wider")
+    if short:
+        parts.append(f"{', '.join(short)}: reached the maximum of {info['adaptive']['max_episodes']} episodes "
+                     f"before its interval was {points} wide")
+    return "; ".join(parts)
 
 
 def seed_line(info: dict[str, Any]) -> str:
