@@ -154,3 +154,17 @@ def test_a_run_writes_under_home_only_where_documented(tmp_path: Path) -> None:
     if not os.environ.get("MPLCONFIGDIR") and not os.environ.get("ROLLBENCH_CACHE"):  # a user's own is kept
         assert home, "matplotlib's font cache is not in rollbench's cache folder"
     assert not any((tmp_path / "tmp").iterdir())
+
+
+def test_a_run_under_a_long_tmpdir_starts_its_workers(tmp_path: Path) -> None:
+    """The forkserver's socket lives in multiprocessing's folder under TMPDIR and a socket's path
+    holds 107 bytes: under a TMPDIR of 100 bytes the run stopped with "AF_UNIX path too long"
+    (CI's pytest folders reached it). Its folder goes to /tmp instead; TMPDIR stays empty."""
+    long_tmp = tmp_path / ("t" * max(1, 100 - len(str(tmp_path)) - 1))
+    long_tmp.mkdir()
+    assert len(str(long_tmp)) >= 100
+    res = run_subprocess("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=4", "--workers=2",
+                         f"--output_dir={tmp_path / 'out'}", TMPDIR=str(long_tmp))
+    assert res.rc == 0, res.err
+    assert "complete results in" in res.out
+    assert not any(long_tmp.iterdir())

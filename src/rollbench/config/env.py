@@ -315,12 +315,15 @@ class BenchmarkConfig:
     def make_vector_env(self, task: str, n_envs: int, use_async_envs: bool) -> VectorEnv:
         import gymnasium as gym  # heavy: gymnasium (~90 ms); `rollbench --help` imports this module
 
+        from rollbench import forkserver
+
         if use_async_envs and n_envs > 1:
             # forkserver: a GL context or torch threads in this process must not be forked. Its
             # processes keep the environment the forkserver started with (an earlier run in
             # this process, another library), so each one takes this run's GL backend itself.
             gl = {k: os.environ[k] for k in ("MUJOCO_GL", "PYOPENGL_PLATFORM") if k in os.environ}
             make = functools.partial(_make_with_environ, gl, functools.partial(self.make_task_env, task))
+            forkserver.socket_folder()
             return gym.vector.AsyncVectorEnv([make] * n_envs, context="forkserver")
         return gym.vector.SyncVectorEnv([functools.partial(self.make_task_env, task) for _ in range(n_envs)])
 

@@ -15,10 +15,8 @@ hangs, retries and requeues are written once, here and in the schedulers.
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing as mp
 import os
 import signal
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -27,6 +25,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Protocol
 
+from rollbench import forkserver
 from rollbench.config.eval import RecordRule
 from rollbench.errors import ConfigError, PolicyError, WorkerError
 from rollbench.plan import EpisodeUnit
@@ -280,7 +279,7 @@ class Processes:
     shared_memory = True
 
     def __init__(self) -> None:
-        self.mpctx: Any = mp.get_context("forkserver" if sys.platform.startswith("linux") else "spawn")
+        self.mpctx: Any = forkserver.context()
 
     def open(self, pool: WorkerPool) -> None:
         pool.opts.log_dir.mkdir(parents=True, exist_ok=True)

@@ -14,16 +14,15 @@ bookkeeping, and the reset into its next episode.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import resource
-import sys
 import time
 import traceback
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from rollbench import forkserver
 from rollbench.config.run import RunConfig
 from rollbench.errors import RollbenchError
 from rollbench.plan import EpisodeUnit
@@ -200,12 +199,8 @@ def child_main(conn: Any, spec: EnvProbeSpec) -> None:
             pass
 
 
-def mp_context() -> Any:
-    return mp.get_context("forkserver" if sys.platform.startswith("linux") else "spawn")
-
-
 def start_process(target: Any, spec: Any) -> tuple[Any, Any]:
-    ctx = mp_context()
+    ctx = forkserver.context()
     parent, child = ctx.Pipe()
     prev = os.environ.get("OMP_NUM_THREADS")
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # as the scheduler starts its workers
