@@ -21,7 +21,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "rollbench"
 #: lowest first; a unit may import its own modules and units of lower layers only
 LAYERS: list[set[str]] = [
     {"rollbench", "errors", "timeline", "quiet", "caches"},
-    {"registry", "remote", "hub", "lerobot_line", "perturb", "writable"},
+    {"registry", "remote", "hub", "lerobot_line", "perturb", "writable", "forkserver"},
     {"config"},
     {"plan", "benchmarks", "policies", "rendering"},
     {"results", "flags"},

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from rollbench import forkserver
 from rollbench.config.fields import opt
 from rollbench.errors import BenchmarkUnavailable, ConfigError
 from rollbench.registry import Registry
@@ -314,8 +315,6 @@ class BenchmarkConfig:
     # -- vector envs (the lockstep path) ---------------------------------------------
     def make_vector_env(self, task: str, n_envs: int, use_async_envs: bool) -> VectorEnv:
         import gymnasium as gym  # heavy: gymnasium (~90 ms); `rollbench --help` imports this module
-
-        from rollbench import forkserver
 
         if use_async_envs and n_envs > 1:
             # forkserver: a GL context or torch threads in this process must not be forked. Its

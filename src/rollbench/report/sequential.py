@@ -59,7 +59,7 @@ from typing import Literal
 import numpy as np
 
 from rollbench.errors import ConfigError
-from rollbench.report.stats import mcnemar_power
+from rollbench.report.stats import clopper_pearson, mcnemar_power
 from rollbench.results.stopped import capital_steps
 
 #: the largest stake, as a fraction of what the capital can lose (WSR's c; they suggest 1/2 or 3/4)
@@ -261,6 +261,20 @@ def _group_sequential(
 _Q_GRID = np.linspace(0.0, 1.0, 201)
 
 
+def _kept_shares(kept: np.ndarray, decision: Decision) -> tuple[float, float]:
+    """The least and greatest share q of `_Q_GRID` the test keeps at its stopping look, on the
+    side of 1/2 its decision says. The test is discrete, so which q it rejects is not
+    monotone: a q just past 1/2 can be kept where 1/2 is rejected (at alpha 0.2 with a look
+    per pair, 2 wins of 9 discordant pairs). Such an island beyond a decision is dropped, so
+    the interval agrees with the test (tests/test_sequential.py, a property test)."""
+    if decision != "undecided":
+        side = _Q_GRID < 0.5 if decision == "worse" else _Q_GRID > 0.5
+        if not (kept & side).any():
+            kept = side & (np.abs(_Q_GRID - 0.5) == np.abs(_Q_GRID - 0.5)[side].min())  # the q next to 1/2
+        kept = kept & side
+    return (float(_Q_GRID[kept][0]), float(_Q_GRID[kept][-1])) if kept.any() else (0.5, 0.5)
+
+
 def fixed_budget_test(
     a: Sequence[int | bool], b: Sequence[int | bool], budget: int, alpha: float = 0.05, block: int = 10
 ) -> SequentialResult:
@@ -270,8 +284,6 @@ def fixed_budget_test(
     share q of B's wins that its boundaries at the stopping look do not reject, as p_B - p_A
     = psi (2q - 1) with psi, the chance of a discordant pair, at its 95% Clopper-Pearson
     bounds. It excludes 0 exactly when the test decides (q = 1/2 is rejected)."""
-    from scipy.stats import beta  # heavy: scipy.stats (~0.6 s to import)
-
     _check(alpha, 0.0, block)
     if len(a) != len(b):
         raise ConfigError(f"A and B must be paired episode by episode, but A has {len(a)} outcomes and B {len(b)}")
@@ -292,10 +304,8 @@ def fixed_budget_test(
         np.repeat(disc[:, :n_pairs], len(_Q_GRID), axis=0), np.repeat(wins[:, :n_pairs], len(_Q_GRID), axis=0),
         _Q_GRID, alpha, block, budget,
     )
-    kept = ~(grid_up[:, k] | grid_down[:, k])
-    q_lo, q_hi = (float(_Q_GRID[kept][0]), float(_Q_GRID[kept][-1])) if kept.any() else (0.5, 0.5)
-    psi_lo = 0.0 if d == 0 else float(beta.ppf(0.025, d, n_pairs - d + 1))
-    psi_hi = 1.0 if d == n_pairs else float(beta.ppf(0.975, d + 1, n_pairs - d))
+    q_lo, q_hi = _kept_shares(~(grid_up[:, k] | grid_down[:, k]), decision)
+    psi_lo, psi_hi = clopper_pearson(d, n_pairs, 0.05)
     lo = (psi_lo if q_lo > 0.5 else psi_hi) * (2 * q_lo - 1)
     hi = (psi_lo if q_hi < 0.5 else psi_hi) * (2 * q_hi - 1)
     return SequentialResult(
@@ -431,8 +441,7 @@ def _pooled_fixed(x: _ByIndex, alpha: float, block: int) -> SequentialResult:
     grid_up, grid_down, _ = _group_sequential(
         np.repeat(size[:, :used], rows, axis=0), np.repeat(wins[:, :used], rows, axis=0), _Q_GRID, alpha, block, n
     )
-    kept = ~(grid_up[:, k] | grid_down[:, k])
-    q_lo, q_hi = (float(_Q_GRID[kept][0]), float(_Q_GRID[kept][-1])) if kept.any() else (0.5, 0.5)
+    q_lo, q_hi = _kept_shares(~(grid_up[:, k] | grid_down[:, k]), decision)
     psi = float(np.mean(np.abs(s_i[:used]) / np.maximum(x.present[:, :used].sum(axis=0), 1)))
     slack = math.sqrt(math.log(40) / (2 * used))
     psi_lo, psi_hi = max(0.0, psi - slack), min(1.0, psi + slack)

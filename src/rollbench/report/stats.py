@@ -230,14 +230,18 @@ def mcnemar_interval(t: Paired, alpha: float) -> tuple[float, float]:
     return lo * (psi_hi if lo < 0 else psi_lo), hi * (psi_lo if hi < 0 else psi_hi)
 
 
+def _half_binomial(m: int) -> np.ndarray:
+    """P(j heads of m fair coins), j = 0..m (from log-gamma: no 2**m overflow)."""
+    j = np.arange(m + 1)
+    log_comb = math.lgamma(m + 1) - np.array([math.lgamma(i + 1) + math.lgamma(m - i + 1) for i in j])
+    return np.exp(log_comb - m * math.log(2.0))
+
+
 def sign_flip_p(sums: Sequence[int]) -> float:
     """Two-sided exact p of a sum of integers whose signs are fair coins: each seed's B - A,
     summed over the tasks, is as likely negated when A and B do equally well (swapping the
     two runs' outcomes at that seed changes nothing in law). p = P(|S| >= |observed|); with
     one task (sums in -1, 0, 1) it is the exact McNemar p."""
-    from scipy.signal import fftconvolve
-    from scipy.stats import binom  # heavy: scipy.stats (~0.6 s to import)
-
     sizes = Counter(abs(int(s)) for s in sums if s)
     total = sum(v * m for v, m in sizes.items())
     if total == 0:
@@ -246,9 +250,12 @@ def sign_flip_p(sums: Sequence[int]) -> float:
     dist[total] = 1.0  # P(S = s) at index s + total
     for v, m in sizes.items():
         kernel = np.zeros(2 * v * m + 1)
-        kernel[2 * v * np.arange(m + 1)] = binom.pmf(np.arange(m + 1), m, 0.5)  # S += v (2j - m)
-        big = len(dist) * len(kernel) > 5_000_000
-        full = np.clip(fftconvolve(dist, kernel), 0.0, None) if big else np.convolve(dist, kernel)
+        kernel[2 * v * np.arange(m + 1)] = _half_binomial(m)  # S += v (2j - m)
+        if len(dist) * len(kernel) > 5_000_000:  # by FFT, as scipy.signal.fftconvolve does
+            size = len(dist) + len(kernel) - 1
+            full = np.clip(np.fft.irfft(np.fft.rfft(dist, size) * np.fft.rfft(kernel, size), size), 0.0, None)
+        else:
+            full = np.convolve(dist, kernel)
         dist = full[v * m : v * m + 2 * total + 1]
     observed = abs(int(sum(sums)))
     values = np.abs(np.arange(-total, total + 1))
