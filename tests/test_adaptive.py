@@ -260,6 +260,39 @@ def test_an_adaptive_progress_line_shows_the_mean_of_its_tasks_rates() -> None:
     assert "success 20.0% |" in fixed.line()
 
 
+def test_a_log_s_last_progress_line_counts_every_episode() -> None:
+    """In a log (no terminal) lines come every `every_s`; an adaptive run's total shrinks as its
+    tasks stop, so its last episode need not meet the total it last had: the close draws the
+    count no line showed (a run of 110 episodes had left "episodes 1/<=300" as its last line)."""
+    out = io.StringIO()
+    progress = Progress(300, stream=out, every_s=3600, at_most=True)
+    for rec in [*_records(0, 10, 20), *_records(1, 3, 30)]:
+        progress.update(rec)
+    progress.set_total(50)
+    progress.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("episodes 1/<=300")
+    assert lines[-1].startswith("episodes 50/50 | success 30.0% (mean of 2 tasks' k/n)")
+    progress.close()  # nothing new: no second last line
+    assert out.getvalue().splitlines() == lines
+
+
+def test_episodes_past_a_stop_leave_the_progress_count_when_the_stop_comes() -> None:
+    """Several workers: episodes 20-29 of task 1 finished before its stop at 20 was known. They
+    are logged but not counted (the table's k/n is of the prefix); the progress line recounts
+    when the stop comes, so it ends at 40/40 and the table's mean k/n, not 50/40."""
+    stop: dict[int, int] = {}
+    out = io.StringIO()
+    progress = Progress(60, stream=out, every_s=3600, at_most=True,
+                        counts=lambda r: r.episode_index < stop.get(r.task_id, 10**9))
+    for rec in [*_records(0, 10, 20), *_records(1, 3, 30)]:
+        progress.update(rec)
+    stop.update({0: 20, 1: 20})
+    progress.set_total(40)
+    progress.close()
+    assert out.getvalue().splitlines()[-1].startswith("episodes 40/40 | success 32.5% (mean of 2 tasks' k/n)")
+
+
 def test_the_terminal_says_one_overall(tmp_path: Path) -> None:
     """The noisy expert at --eval.ci_width=0.2: tasks stop after 20, 30 and 60 episodes. Before
     (issue 47) the progress line said 55.5 (pooled), the rows' k/n averaged 72.2, the overall

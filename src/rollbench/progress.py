@@ -7,14 +7,20 @@ Its success figure is the one the closing table's `overall` row is built like: a
 pooled rate (every task runs the same episodes); an adaptive run's mean of its tasks' rates
 (`--eval.ci_width` and `--eval.versus` stop tasks after different numbers of episodes, and
 pooling would weigh the tasks that ran longer more: 55.5% pooled beside 72.2% in issue 47),
-labelled as such. In a sweep, as in the table, the tasks are the control's.
+labelled as such. In a sweep, as in the table, the tasks are the control's. An adaptive
+run counts, as its table does, only each task's counted prefix: an episode that finished
+before its task's stop was known and lies past it (`--eval.ci_width` with several workers)
+leaves the count when the stop comes (`counts`, the run's `Stops.wanted`), so the last line
+reads 110/110, not 113/110.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TextIO
 
 from rollbench.results.records import EpisodeRecord
@@ -28,6 +34,7 @@ def _fmt_s(s: float) -> str:
 class Progress:
     def __init__(
         self, total: int, already: int = 0, stream: TextIO | None = None, every_s: float = 5.0, at_most: bool = False,
+        counts: Callable[[EpisodeRecord], bool] | None = None,
     ) -> None:
         self.total = total
         self.at_most = at_most  # adaptive: tasks may stop early, so the total is a bound until they do
@@ -36,6 +43,10 @@ class Progress:
         self.success = 0
         self.failed = 0
         self.steps = 0
+        self.ran = 0  # episodes this process finished, counted or not (the rate)
+        # an adaptive run's episodes, recounted when a task stops (`counts`: still counted?)
+        self.counts = counts
+        self._seen: list[EpisodeRecord] = []
         # an adaptive run's per-task counts of this process's episodes: [successes, finished ok]
         self.by_task: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
         self.stream = stream or sys.stderr
@@ -43,30 +54,43 @@ class Progress:
         self.every_s = every_s
         self.start = time.monotonic()
         self._last = 0.0
+        self._drawn = already  # the episodes the last line drawn counted
 
     def update(self, rec: EpisodeRecord) -> None:
-        self.done += 1
-        self.success += rec.ok and rec.success
-        self.failed += not rec.ok
+        self.ran += 1
         self.steps += rec.n_steps
-        if rec.ok and not rec.condition:  # a sweep's table is its control's
-            counts = self.by_task[(rec.task_group, rec.task_id)]
-            counts[0] += bool(rec.success)
-            counts[1] += 1
+        if self.counts is not None:
+            self._seen.append(dataclasses.replace(rec, frames=None))
+        self._add(rec)
         now = time.monotonic()
         if self.tty or now - self._last >= self.every_s or self.done == self.total:
             self._last = now
             self._draw(now)
 
+    def _add(self, rec: EpisodeRecord) -> None:
+        self.done += 1
+        self.success += rec.ok and rec.success
+        self.failed += not rec.ok
+        if rec.ok and not rec.condition:  # a sweep's table is its control's
+            counts = self.by_task[(rec.task_group, rec.task_id)]
+            counts[0] += bool(rec.success)
+            counts[1] += 1
+
     def set_total(self, total: int) -> None:
-        """An adaptive run's task stopped: fewer episodes are left to do."""
+        """An adaptive run's task stopped: fewer episodes are left to do, and those past the
+        stop that finished already no longer count."""
         self.total = total
+        if self.counts is not None:
+            self.done, self.success, self.failed = self.already, 0, 0
+            self.by_task.clear()
+            for rec in self._seen:
+                if self.counts(rec):
+                    self._add(rec)
 
     def line(self, now: float | None = None) -> str:
         elapsed = (now or time.monotonic()) - self.start
-        new = self.done - self.already
-        finished_ok = new - self.failed
-        rate = new / elapsed if elapsed > 0 else 0.0
+        finished_ok = self.done - self.already - self.failed
+        rate = self.ran / elapsed if elapsed > 0 else 0.0
         eta = (self.total - self.done) / rate if rate > 0 else None
         succ = self.success_text(finished_ok)
         parts = [
@@ -92,6 +116,7 @@ class Progress:
         return f"{100.0 * sum(rates) / len(rates):.1f}% ({of})"
 
     def _draw(self, now: float) -> None:
+        self._drawn = self.done
         if self.tty:
             self.stream.write("\r\033[K" + self.line(now))
         else:
@@ -99,6 +124,11 @@ class Progress:
         self.stream.flush()
 
     def close(self) -> None:
+        """Ends the line on a terminal; in a log, draws the last count if no line showed it
+        (lines there come every `every_s`: an adaptive run's total shrinks as tasks stop, so
+        its last episode need not be the total it last had)."""
+        if not self.tty and self.done != self._drawn:
+            self._draw(time.monotonic())
         if self.tty:
             self.stream.write("\n")
             self.stream.flush()
