@@ -1,15 +1,19 @@
 """One life for every run, whoever runs its units.
 
-    open   check the benchmark and tasks, plan, take this run's share, prepare or resume
-           the output directory, find the units still to do           (open_run)
+    open   check the benchmark and tasks, plan, claim the output directory (one run owns
+           it: results/owners.py), take this run's share, prepare or resume it, find the
+           units still to do                                           (open_run)
     run    hand them to an executor; append each record it yields to the durable log
-           before it counts; progress                                  (run_eval)
-    close  merge every log of the directory, build one EvalInfo, write it atomically
-                                                                       (close_run)
+           before it counts (an adaptive run first drops a record past its task's stop and
+           feeds the stop rule); progress                              (run_eval)
+    close  merge every log of the directory, build one EvalInfo (the stop rule's estimates
+           in it), add a sweep's per-condition results and a recording's dataset, write it
+           atomically                                                  (close_run)
 
-`rollbench eval` runs this with the in-process executor (`executors.local`) or the local
-shard launcher (`executors.shards`); `rollbench merge` is a run with nothing left to
-execute: it only closes. Nothing here prints: the CLI does, from the returned values.
+`rollbench eval` runs this with whichever executor `--executor` names (`executors.local`,
+or its shard launcher under `--launch=local`; `executors.ray`; a plugin); `rollbench
+merge` is a run with nothing left to execute: it only closes. Nothing here prints: the CLI
+does, from the returned values.
 """
 
 from __future__ import annotations

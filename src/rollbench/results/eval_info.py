@@ -1,9 +1,11 @@
 """`eval_info.json`: one typed, versioned result object, built in one place for every way
-of running (this process, local shards, a merge; later a cluster).
+of running (this process, local shards, Ray actors, a merge).
 
 The body (`per_task`, `per_group`, `overall`, ...) keeps LeRobot's keys and meaning and is
-recomputed from the merged episode records (`summary.summarize`); what differs between ways
-of running is only `how`: the executor's own facts (its scheduling decision, its shard
+recomputed from the merged episode records (`summary.summarize`); a run with a stop rule
+then has each stopped task's rule-aware rate and interval and `overall`/`per_group` as the
+mean of the tasks' rates (`_rule_aware`, `results/stopped.py`). What differs between ways of
+running is only `how`: the executor's own facts (its scheduling decision, its shard
 processes, tune's prediction), each under a key of its own.
 """
 
