@@ -291,27 +291,44 @@ def fixed_budget_test(
         raise ConfigError(f"the budget must be at least 1 pair, got {budget}")
     xa, xb = _outcomes(a, "A")[:budget], _outcomes(b, "B")[:budget]
     disc, wins = (xa != xb)[None], (xb & ~xa)[None]
-    up, down, ends = _group_sequential(disc, wins, np.array([0.5]), alpha, block, budget)
-    if not ends:
+    stop = _group_sequential_stop(disc, wins, alpha, block, budget)
+    if stop is None:
         return SequentialResult("undecided", 0, 0, 0, 1.0, 1.0, (-1.0, 1.0), None, alpha)
-    decided = up[0] | down[0]
-    k = int(np.argmax(decided)) if decided.any() else len(ends) - 1
-    n_pairs = ends[k]
+    n_pairs, decision, shares = stop
     d, x = int(disc[0, :n_pairs].sum()), int(wins[0, :n_pairs].sum())
-    decision: Decision = "better" if up[0, k] else "worse" if down[0, k] else "undecided"
-    # the repeated confidence interval at look k, over a grid of q
-    grid_up, grid_down, _ = _group_sequential(
-        np.repeat(disc[:, :n_pairs], len(_Q_GRID), axis=0), np.repeat(wins[:, :n_pairs], len(_Q_GRID), axis=0),
-        _Q_GRID, alpha, block, budget,
-    )
-    q_lo, q_hi = _kept_shares(~(grid_up[:, k] | grid_down[:, k]), decision)
-    psi_lo, psi_hi = clopper_pearson(d, n_pairs, 0.05)
-    lo = (psi_lo if q_lo > 0.5 else psi_hi) * (2 * q_lo - 1)
-    hi = (psi_lo if q_hi < 0.5 else psi_hi) * (2 * q_hi - 1)
     return SequentialResult(
         decision=decision, n_pairs=n_pairs, n_discordant=d, b_wins=x, e_value=math.nan, p_value=math.nan,
-        interval=(lo, hi), stopped_at=None if decision == "undecided" else n_pairs, alpha=alpha,
+        interval=_difference(shares, clopper_pearson(d, n_pairs, 0.05)),
+        stopped_at=None if decision == "undecided" else n_pairs, alpha=alpha,
     )
+
+
+def _group_sequential_stop(
+    steps: np.ndarray, wins: np.ndarray, alpha: float, block: int, budget: int
+) -> tuple[int, Decision, tuple[float, float]] | None:
+    """Where the exact group-sequential test of q = 1/2 (`_group_sequential`, one row) stops:
+    the steps it used, its decision, and the least and greatest share q its boundaries keep at
+    that look (the repeated confidence interval over `_Q_GRID`, `_kept_shares`); None when
+    there is no look."""
+    up, down, ends = _group_sequential(steps, wins, np.array([0.5]), alpha, block, budget)
+    if not ends:
+        return None
+    decided = up[0] | down[0]
+    k = int(np.argmax(decided)) if decided.any() else len(ends) - 1
+    used = ends[k]
+    decision: Decision = "better" if up[0, k] else "worse" if down[0, k] else "undecided"
+    rows = len(_Q_GRID)
+    grid_up, grid_down, _ = _group_sequential(
+        np.repeat(steps[:, :used], rows, axis=0), np.repeat(wins[:, :used], rows, axis=0), _Q_GRID, alpha, block,
+        budget,
+    )
+    return used, decision, _kept_shares(~(grid_up[:, k] | grid_down[:, k]), decision)
+
+
+def _difference(shares: tuple[float, float], psi: tuple[float, float]) -> tuple[float, float]:
+    """B - A = psi (2q - 1) over q's interval, each end at the end of psi's interval that widens it."""
+    (q_lo, q_hi), (psi_lo, psi_hi) = shares, psi
+    return (psi_lo if q_lo > 0.5 else psi_hi) * (2 * q_lo - 1), (psi_lo if q_hi < 0.5 else psi_hi) * (2 * q_hi - 1)
 
 
 def _check(alpha: float, margin: float, block: int) -> None:
@@ -428,29 +445,17 @@ def _pooled_fixed(x: _ByIndex, alpha: float, block: int) -> SequentialResult:
     the repeated confidence interval of q, the chance a nonzero S_i is positive, as the mean
     difference psi (2q - 1) with psi, the mean |S_i| / tasks, at Hoeffding 97.5% bounds."""
     s_i = (x.b.astype(int) - x.a.astype(int)).sum(axis=0)
-    size, wins = np.abs(s_i)[None], (s_i > 0)[None]
-    n = s_i.shape[0]
-    up, down, ends = _group_sequential(size, wins, np.array([0.5]), alpha, block, n)
-    if not ends:
+    stop = _group_sequential_stop(np.abs(s_i)[None], (s_i > 0)[None], alpha, block, s_i.shape[0])
+    if stop is None:
         return SequentialResult("undecided", 0, 0, 0, 1.0, 1.0, (-1.0, 1.0), None, alpha)
-    decided = up[0] | down[0]
-    k = int(np.argmax(decided)) if decided.any() else len(ends) - 1
-    used = ends[k]
-    decision: Decision = "better" if up[0, k] else "worse" if down[0, k] else "undecided"
-    rows = len(_Q_GRID)
-    grid_up, grid_down, _ = _group_sequential(
-        np.repeat(size[:, :used], rows, axis=0), np.repeat(wins[:, :used], rows, axis=0), _Q_GRID, alpha, block, n
-    )
-    q_lo, q_hi = _kept_shares(~(grid_up[:, k] | grid_down[:, k]), decision)
+    used, decision, shares = stop
     psi = float(np.mean(np.abs(s_i[:used]) / np.maximum(x.present[:, :used].sum(axis=0), 1)))
     slack = math.sqrt(math.log(40) / (2 * used))
-    psi_lo, psi_hi = max(0.0, psi - slack), min(1.0, psi + slack)
-    lo = (psi_lo if q_lo > 0.5 else psi_hi) * (2 * q_lo - 1)
-    hi = (psi_lo if q_hi < 0.5 else psi_hi) * (2 * q_hi - 1)
     pairs = int(x.present[:, :used].sum())
     return SequentialResult(
         decision=decision, n_pairs=pairs, n_discordant=int((x.a != x.b)[:, :used].sum()),
-        b_wins=int((x.b & ~x.a)[:, :used].sum()), e_value=math.nan, p_value=math.nan, interval=(lo, hi),
+        b_wins=int((x.b & ~x.a)[:, :used].sum()), e_value=math.nan, p_value=math.nan,
+        interval=_difference(shares, (max(0.0, psi - slack), min(1.0, psi + slack))),
         stopped_at=None if decision == "undecided" else pairs, alpha=alpha,
     )
 
