@@ -252,7 +252,7 @@ def test_an_adaptive_progress_line_shows_the_mean_of_its_tasks_rates() -> None:
     the task that ran longer more, the closing `overall` row does not (the mean: 50%). A fixed
     run (every task the same episodes) keeps the pooled rate, which is its `overall`."""
     recs = [*_records(0, 10, 10), *_records(1, 0, 30), *_records(0, 0, 10, condition="noise")]
-    adaptive, fixed = Progress(50, stream=io.StringIO(), at_most=True), Progress(50, stream=io.StringIO())
+    adaptive, fixed = Progress(50, stream=io.StringIO(), counts=lambda r: True), Progress(50, stream=io.StringIO())
     for rec in recs:
         adaptive.update(rec)
         fixed.update(rec)
@@ -265,7 +265,7 @@ def test_a_log_s_last_progress_line_counts_every_episode() -> None:
     tasks stop, so its last episode need not meet the total it last had: the close draws the
     count no line showed (a run of 110 episodes had left "episodes 1/<=300" as its last line)."""
     out = io.StringIO()
-    progress = Progress(300, stream=out, every_s=3600, at_most=True)
+    progress = Progress(300, stream=out, every_s=3600, counts=lambda r: True)
     for rec in [*_records(0, 10, 20), *_records(1, 3, 30)]:
         progress.update(rec)
     progress.set_total(50)
@@ -283,7 +283,7 @@ def test_episodes_past_a_stop_leave_the_progress_count_when_the_stop_comes() -> 
     when the stop comes, so it ends at 40/40 and the table's mean k/n, not 50/40."""
     stop: dict[int, int] = {}
     out = io.StringIO()
-    progress = Progress(60, stream=out, every_s=3600, at_most=True,
+    progress = Progress(60, stream=out, every_s=3600,
                         counts=lambda r: r.episode_index < stop.get(r.task_id, 10**9))
     for rec in [*_records(0, 10, 20), *_records(1, 3, 30)]:
         progress.update(rec)

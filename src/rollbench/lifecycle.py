@@ -388,7 +388,7 @@ def _drive(run: Run, executor: Executor, progress_stream: Any) -> int:
     """
     stops = run.stops
     already = sum(1 for u in run.units if u.key in run.done_before and (stops is None or stops.wanted(u)))
-    progress = Progress(total=_wanted(run), already=already, stream=progress_stream, at_most=stops is not None,
+    progress = Progress(total=_wanted(run), already=already, stream=progress_stream,
                         counts=None if stops is None else stops.wanted)
     ran = 0
     records: Iterator[EpisodeRecord] = executor.execute(run)

@@ -33,11 +33,11 @@ def _fmt_s(s: float) -> str:
 
 class Progress:
     def __init__(
-        self, total: int, already: int = 0, stream: TextIO | None = None, every_s: float = 5.0, at_most: bool = False,
+        self, total: int, already: int = 0, stream: TextIO | None = None, every_s: float = 5.0,
         counts: Callable[[EpisodeRecord], bool] | None = None,
     ) -> None:
+        """`counts`: an adaptive run's `Stops.wanted` (None: a fixed run)."""
         self.total = total
-        self.at_most = at_most  # adaptive: tasks may stop early, so the total is a bound until they do
         self.done = already
         self.already = already
         self.success = 0
@@ -46,6 +46,8 @@ class Progress:
         self.ran = 0  # episodes this process finished, counted or not (the rate)
         # an adaptive run's episodes, recounted when a task stops (`counts`: still counted?)
         self.counts = counts
+        # adaptive: tasks may stop early, so the total is a bound until they do
+        self.at_most = counts is not None
         self._seen: list[EpisodeRecord] = []
         # an adaptive run's per-task counts of this process's episodes: [successes, finished ok]
         self.by_task: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
