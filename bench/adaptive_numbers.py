@@ -21,9 +21,9 @@ import argparse
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-from rollbench.results import stopped
-from rollbench.results.adaptive import StopRule
-from rollbench.results.summary import wilson
+from rollbench.stats import wilson
+from rollbench.stopping import estimates as stopped
+from rollbench.stopping.adaptive import StopRule
 
 #: tasks and correlations of the shared-seed table
 SHARED_TASKS, SHARED_RHO = (2, 10, 50), (0.1, 0.2, 0.35)

@@ -16,7 +16,7 @@ adaptive (`--eval.ci_width=W --eval.n_episodes=MAX`, `--adaptive-runs` runs): th
 each run's `overall` `pc_success_ci95` (eval_info.json) of the true overall rate, the mean of
 the tasks' true rates, estimated by one fixed-n run of `--truth-episodes` per task (with its
 standard error, clustered on the episode index, and the coverage at the truth +-2 se); beside
-it the interval with the tasks taken as independent (results/stopped.py's `mean_of_rates`
+it the interval with the tasks taken as independent (stopping/estimates.py's `mean_of_rates`
 without outcomes), and the bias of `overall`. Then compare's false better/worse over disjoint
 pairs of adaptive runs (runs 0-1, 2-3, ...), independent, so their binomial interval holds, and
 B - A over its standard error (compare's, read off its interval; and the two runs' overall se's
@@ -53,12 +53,12 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import t as student
 
-from rollbench.report import stats
+from rollbench import stats
 from rollbench.report.compare import Comparison, compare_runs
 from rollbench.report.compare_cmd import text
 from rollbench.report.runs import LoadedRun, load_run
-from rollbench.results import stopped
-from rollbench.results.adaptive import StopRule
+from rollbench.stopping import estimates as stopped
+from rollbench.stopping.adaptive import StopRule
 
 FAKE_TASKS = ("near", "mid", "far")
 DECIDED = ("better", "worse")

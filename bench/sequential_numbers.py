@@ -1,4 +1,4 @@
-"""What `compare --sequential` and `--eval.versus` decide, simulated (report/sequential.py's
+"""What `compare --sequential` and `--eval.versus` decide, simulated (stopping/sequential.py's
 `simulate`, alpha = 0.05, a look every 10 pairs): false decisions between equal policies,
 power and pairs used against fixed-n exact McNemar, and equivalence of policies that mostly
 agree. Then the pooled decision of many tasks that share seeds (episode i of every task
@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from rollbench.report import sequential as sq
+from rollbench.stopping import sequential as sq
 
 EQUAL = [(0.5, 0.0), (0.5, 0.5), (0.9, 0.0), (0.9, 0.5), (0.2, 0.9)]
 POWER = [(0.5, 0.8, 0.0, 100), (0.5, 0.8, 0.0, 200), (0.7, 0.9, 0.5, 200), (0.6, 0.8, 0.0, 300)]

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from conftest import load_info, per_episode, run_subprocess
 from rollbench.plan import make_plan
 from rollbench.progress import Progress
-from rollbench.results.adaptive import StopRule, Stops, apply, decide, width
 from rollbench.results.merge import merge
 from rollbench.results.records import EpisodeRecord
+from rollbench.stopping.adaptive import StopRule, Stops, apply, decide, width
 
 # the random policy on the fake benchmark: ~40% on "near", 0% on "mid" and "far"
 BASE = ("eval", "--env.type=fake", "--policy.type=random", "--eval.n_episodes=60")
@@ -120,9 +120,9 @@ def check_adaptive(out: Path, fixed: dict) -> dict:
 
 def check_estimates(info: dict, fixed: dict) -> None:
     """Each stopped task: the rule's exact interval (the fixed-n Wilson one kept beside it) and
-    unbiased rate; `overall`: the mean of those rates, not the pooled one (results/stopped.py)."""
-    from rollbench.results import stopped
-    from rollbench.results.summary import wilson
+    unbiased rate; `overall`: the mean of those rates, not the pooled one (stopping/estimates.py)."""
+    from rollbench.stats import wilson
+    from rollbench.stopping import estimates as stopped
 
     rates = []
     for task in info["per_task"]:

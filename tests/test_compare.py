@@ -17,10 +17,11 @@ from scipy.stats import t as t_dist
 
 from conftest import load_info
 from helpers_report import mt10, offline_problems, outcomes, task, write_info
+from rollbench import stats
 from rollbench.errors import ConfigError
-from rollbench.report import compare, compare_main, compare_runs, load_run, stats
+from rollbench.report import compare, compare_main, compare_runs, load_run
 from rollbench.report.runs import Episode, LoadedRun, TaskResult
-from rollbench.report.stats import Paired
+from rollbench.stats import Paired
 
 # -- the statistics, against values computed by hand or published ------------------
 
@@ -458,7 +459,7 @@ def test_a_second_opinion_from_statsmodels():
     from statsmodels.stats.contingency_tables import mcnemar
     from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
 
-    from rollbench.results.summary import wilson
+    from rollbench.stats import wilson
 
     for b, c in ((0, 5), (1, 9), (3, 3), (7, 2), (12, 30), (0, 0)):
         t = Paired(10, b, c, 8)

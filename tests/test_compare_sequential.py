@@ -22,16 +22,17 @@ from hypothesis import strategies as st
 from conftest import REPO, CliResult, load_info, per_episode, run_subprocess, subprocess_env
 from rollbench.cli import adaptive_line
 from rollbench.plan import make_plan
-from rollbench.report.paired_stop import PairedRule
-from rollbench.report.sequential import fixed_budget_test, sequential_tasks
-from rollbench.report.versus import paired_decision
-from rollbench.results import stopped, store
-from rollbench.results.adaptive import Stops, apply, stop_json
+from rollbench.results import store
 from rollbench.results.log import EPISODES_DIR
 from rollbench.results.merge import merge
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.store import MANIFEST
-from rollbench.results.summary import wilson
+from rollbench.stats import wilson
+from rollbench.stopping import estimates as stopped
+from rollbench.stopping.adaptive import Stops, apply, stop_json
+from rollbench.stopping.paired import PairedRule
+from rollbench.stopping.sequential import fixed_budget_test, sequential_tasks
+from rollbench.stopping.versus import paired_decision
 
 BASE = ("eval", "--env.type=fake", "--policy.type=expert", "--eval.n_episodes=40", "--eval.report=false")
 
@@ -198,7 +199,7 @@ def test_the_fixed_budget_design_stops_a_run_at_the_group_sequential_decision(fi
 def race(tmp_path: Path, run_a: Callable[..., Any], *a_flags: str, sleep: str = "0.002") -> tuple[Any, Any]:
     """B (the noisy expert, one worker) and A (the expert, `a_flags`, run by `run_a`) started
     together, each `--eval.versus=` the other; their CliResults (A's, B's)."""
-    (tmp_path / "a").mkdir()  # each names the other's directory, which must exist (report/versus.py: precheck)
+    (tmp_path / "a").mkdir()  # each names the other's directory, which must exist (stopping/versus.py: precheck)
     (tmp_path / "b").mkdir()
     b_args = (*VERSUS, f"--env.step_sleep_s={sleep}", "--eval.max_episodes_rendered=0", "--workers=1",
               "--policy.action_noise=3.0", f"--eval.versus={tmp_path / 'a'}", f"--output_dir={tmp_path / 'b'}")

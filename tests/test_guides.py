@@ -1,12 +1,16 @@
 """docs/adding_a_policy.md and docs/adding_an_executor.md: each page's example plugin
 (tests/steer_policy.py, tests/serial_executor.py) is the page's code and runs through the real
-CLI. (docs/adding_a_benchmark.md's example: tests/test_benchmarks.py.)"""
+CLI. docs/adding_a_benchmark.md lists every member of BenchmarkConfig (checked here; its
+example: tests/test_benchmarks.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import re
 
 from conftest import REPO, TESTS, load_info, per_episode, run_subprocess
+from rollbench.config.env import BenchmarkConfig
 
 PLUGIN = {"ROLLBENCH_PLUGINS": "steer_policy"}
 STEER = ("eval", "--env.type=fake", "--env.task=near,mid", "--policy.type=steer", "--eval.n_episodes=6")
@@ -109,7 +113,7 @@ def test_an_executor_plugin_gives_the_episodes_of_the_local_executor(tmp_path):
     assert results["serial"] == results["local"] == results["lockstep"] == results["fresh"]
     assert load_info(tmp_path / "fresh")["config"]["executor_options"] == {"fresh_env": "true"}
     info = load_info(tmp_path / "serial")
-    assert info["mode"] == "serial" and info["scheduling"] is None
+    assert info["mode"] is None and info["scheduling"] is None and info["executor"] == {"name": "serial"}
     assert info["policy_calls"]["rows_per_call"] == 1.0
     assert info["command"][info["command"].index("--executor=serial")]
     # what `--executor=serial` wrote resumes: a second run finds every episode done
@@ -158,3 +162,23 @@ def test_eval_help_says_which_flags_a_lerobot_checkpoint_takes():
     res = run_subprocess("eval", "--help", timeout=60)
     section = res.out.split("--policy.type=lerobot:", 1)[1].split("\n\n", 1)[0]
     assert "--policy.<field>" in section and "any field of the checkpoint's config (config.json)" in section
+
+
+def test_adding_a_benchmark_lists_every_member_of_benchmark_config():
+    """Every public member of BenchmarkConfig (field, class variable, property, method) has one
+    row in the tables of docs/adding_a_benchmark.md, no row names something it lacks, and the
+    "Required" table holds exactly the methods the base class leaves unimplemented."""
+    doc = (REPO / "docs" / "adding_a_benchmark.md").read_text()
+    section = doc.split("## What the class defines", 1)[1].split("\n## ", 1)[0]
+    tables = {title: re.findall(r"^\| `(\w+)", body, flags=re.M)
+              for title, body in re.findall(r"^### (.+?)\n(.*?)(?=^### |\Z)", section, flags=re.M | re.S)}
+    rows = [name for names in tables.values() for name in names]
+    listed = set(rows)
+    assert len(rows) == len(listed), f"listed twice: {sorted(n for n in listed if rows.count(n) > 1)}"
+    members = {name for name in vars(BenchmarkConfig) if not name.startswith("_")}
+    members |= {f.name for f in dataclasses.fields(BenchmarkConfig)}
+    assert not members - listed, f"BenchmarkConfig members missing from the guide: {sorted(members - listed)}"
+    assert listed - members <= {"__post_init__"}, f"not members of BenchmarkConfig: {sorted(listed - members)}"
+    unimplemented = {name for name in members if inspect.isfunction(value := vars(BenchmarkConfig)[name])
+                     and "raise NotImplementedError" in inspect.getsource(value)}
+    assert set(tables["Required"]) == unimplemented

@@ -21,15 +21,17 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "rollbench"
 #: lowest first; a unit may import its own modules and units of lower layers only
 LAYERS: list[set[str]] = [
     {"rollbench", "errors", "timeline", "quiet", "caches"},
-    {"registry", "remote", "hub", "lerobot_line", "perturb", "writable", "forkserver"},
+    {"registry", "remote", "hub", "lerobot_line", "perturb", "writable", "forkserver", "stats"},
     {"config"},
     {"plan", "benchmarks", "policies", "rendering"},
     {"results", "flags"},
+    {"stopping"},
     {"rollout", "progress", "report"},
     {"scheduler"},
     {"tune"},
     {"serve"},
     {"executors"},
+    {"checks", "opening", "drive", "close"},
     {"lifecycle"},
     {"cli"},
     {"__main__"},

@@ -34,8 +34,8 @@ def test_local_shards_match_one_process(tmp_path: Path, single: dict, n: int) ->
     assert "overall" in res.out
     assert per_episode(tmp_path) == single
     info = load_info(tmp_path)
-    assert [s["shard_id"] for s in info["launch"]["shards"]] == list(range(n))
-    assert {s["returncode"] for s in info["launch"]["shards"]} == {0}
+    assert [s["shard_id"] for s in info["executor"]["shards"]] == list(range(n))
+    assert {s["returncode"] for s in info["executor"]["shards"]} == {0}
     assert all((tmp_path / "logs" / f"shard-{k}.log").stat().st_size > 0 for k in range(n))
     # one combined progress line on stderr, not the children's
     assert "episodes 12/12" in res.err
@@ -44,8 +44,9 @@ def test_local_shards_match_one_process(tmp_path: Path, single: dict, n: int) ->
     for k in range(n):
         text = (tmp_path / "logs" / f"shard-{k}.log").read_text()
         assert f"for shard {k} of {n}; the launcher closes the run" in text and "overall" not in text
-    shards = info["scheduling"]["shards"]
-    assert [s["shard_id"] for s in shards] == list(range(n)) and all(s["workers"] >= 1 for s in shards)
+    shards = info["executor"]["shards"]
+    assert [s["shard_id"] for s in shards] == list(range(n)) and all(s["scheduling"]["workers"] >= 1 for s in shards)
+    assert info["scheduling"] == shards[0]["scheduling"] and info["mode"] == info["scheduling"]["mode"]  # one schedule
     per_child = [json.loads((tmp_path / "logs" / f"shard-{k}.json").read_text()) for k in range(n)]
     assert sum(c["ran"] for c in per_child) == 12
     assert info["policy_calls"]["calls"] == sum(c["policy_calls"]["calls"] for c in per_child) > 0

@@ -540,3 +540,25 @@ def test_libero_plus_over_hf_libero_is_refused_in_one_line(tmp_path: Path) -> No
     assert res.err.strip().splitlines() == [res.err.strip()], res.err
     assert "the installed `libero` package is hf-libero's LIBERO, not LIBERO-plus" in res.err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.pusht
+def test_a_recorded_bridge_run_writes_lerobots_fps(cli, tmp_path: Path) -> None:
+    """--eval.recording through the bridge: the dataset's fps is LeRobot's env config's (the
+    bridge's `fps` is a property of the instance, not a number on the class), and one env's
+    observations are stored as one env's (LeRobot's vector env keeps a batch axis of 1): the
+    camera as video frames, the state as a vector."""
+    pytest.importorskip("gym_pusht")
+    import json
+
+    from lerobot.envs.configs import PushtEnv
+
+    res = cli("eval", "--env.type=lerobot", "--env.name=pusht", "--policy.type=random", "--eval.n_episodes=2",
+              "--env.episode_length=8", "--eval.recording=true", "--eval.report=false", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    meta = json.loads((tmp_path / "dataset" / "meta" / "info.json").read_text())
+    assert meta["fps"] == PushtEnv().fps and meta["total_episodes"] == 2
+    features = meta["features"]
+    assert features["observation.image"]["dtype"] == "video"
+    assert list(features["observation.image"]["shape"]) == [96, 96, 3]
+    assert list(features["observation.state"]["shape"]) == [2]

@@ -46,7 +46,7 @@ from scipy import stats
 from conftest import gl_backend, gl_in_this_process, load_info, run_subprocess, subprocess_env
 from lerobot_helpers import capped_lerobot_eval, make_steered_checkpoint
 from rollbench.benchmarks.metaworld import MetaWorldConfig
-from rollbench.results.summary import wilson
+from rollbench.stats import wilson
 
 pytestmark = [
     pytest.mark.lerobot,

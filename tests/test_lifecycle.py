@@ -36,7 +36,7 @@ def test_a_users_mujoco_gl_wins_in_every_shard_and_worker(tmp_path: Path) -> Non
     stepping = {pid for pid, _, rows in seen if rows > 0}
     assert len(stepping) == 2  # one worker in each of the two shards ran the episodes
     assert {gl for _, gl, _ in seen} == {"osmesa"}, seen
-    assert load_info(tmp_path / "out")["launch"]["mujoco_gl"] == "osmesa"
+    assert load_info(tmp_path / "out")["executor"]["mujoco_gl"] == "osmesa"
 
 
 def test_a_users_mujoco_gl_wins_in_one_process(tmp_path: Path) -> None:
@@ -232,7 +232,7 @@ def test_eval_info_has_a_schema_version_and_the_command(tmp_path: Path, policy: 
     res = run_subprocess(*FAKE, *policy, f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     info = load_info(tmp_path)
-    assert info["schema_version"] == 2
+    assert info["schema_version"] == 3
     assert info["command"][:2] == ["rollbench", "eval"] and f"--output_dir={tmp_path}" in info["command"]
     for key in ("per_task", "per_group", "overall", "status", "config", "versions", "scheduling"):
         assert key in info
@@ -277,8 +277,9 @@ def test_a_policy_servers_key_is_never_written_and_transport_options_are_not_ide
 def test_a_run_decides_its_schedule_backend_and_stop_rule_once(cli, tmp_path: Path, monkeypatch, flags) -> None:
     """Following one run through the lifecycle: the schedule, the render backend and the
     stop rule are each decided once (the close reuses the opened run's rule)."""
+    import rollbench.close as closing
     import rollbench.executors.local as local
-    import rollbench.lifecycle as lifecycle
+    import rollbench.opening as opening
     import rollbench.scheduler.decide as scheduling
 
     calls: Counter[str] = Counter()
@@ -294,7 +295,8 @@ def test_a_run_decides_its_schedule_backend_and_stop_rule_once(cli, tmp_path: Pa
 
     spy(local, "decide")
     spy(scheduling, "choose_backend")
-    spy(lifecycle, "stop_rule")
+    spy(opening, "stop_rule")
+    spy(closing, "stop_rule")  # a merge's: never an eval's
     res = cli(*FAKE, "--policy.type=expert", *flags, f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     assert calls == {"decide": 1, "choose_backend": 1, "stop_rule": 1}, calls

@@ -52,15 +52,15 @@ def test_ray_equals_local_on_the_fake_benchmark(cli, cluster, tmp_path: Path, lo
     assert "15 episodes run on 2 ray actors; complete" in res.out
     assert per_episode(tmp_path) == local_fake
     info = load_info(tmp_path)
-    assert info["mode"] == "ray" and info["scheduling"]["actors"] == 2
+    assert info["mode"] == "continuous" and info["executor"]["name"] == "ray" and info["executor"]["actors"] == 2
     # decided by the one `decide`: a local run's schedule fields, the actors as its workers
     local = load_info(local_dir)["scheduling"]
-    assert set(local) <= set(info["scheduling"]) and info["scheduling"]["workers"] == 2
+    assert set(local) == set(info["scheduling"]) and info["scheduling"]["workers"] == 2
     assert info["scheduling"]["placement"] == "worker" and info["scheduling"]["queue_per_slot"] == 1
     # the same top-level keys as one process writes (tests/test_sharding.py: shards and merges)
     assert list(info) == list(load_info(local_dir)), (list(info), list(load_info(local_dir)))
     assert info["policy_calls"]["rows"] >= info["policy_calls"]["calls"] > 0 and info["command"][:2] == ["rollbench", "eval"]
-    assert info["scheduling"]["counts"] == {"actors_started": 2, "actor_deaths": 0, "requeued_units": 0, "videos_uploaded": 0}
+    assert info["executor"]["counts"] == {"actors_started": 2, "actor_deaths": 0, "requeued_units": 0, "videos_uploaded": 0}
     # only the driver writes the log: one writer, every unit once
     recs = read_records(tmp_path)
     assert len(recs) == 15 and len({r.writer for r in recs}) == 1
@@ -117,7 +117,7 @@ def _episode_2_goes_wrong(cli, tmp_path: Path, fault: str, deaths: int, *extra: 
     assert task["metrics"]["episode_ix"] == [0, 1, 3, 4, 5]
     local = per_episode(tmp_path / "local")
     assert {k: v for k, v in local.items() if k[2] != 2} == per_episode(tmp_path / "ray")
-    assert info["scheduling"]["counts"]["actor_deaths"] == deaths
+    assert info["executor"]["counts"]["actor_deaths"] == deaths
     return info, task["failed"][0]["error"]
 
 
@@ -128,7 +128,7 @@ def test_an_actor_killed_by_an_episode_costs_only_that_episode(cli, cluster, tmp
     after its retry (3 deaths: the shared one, then alone twice)."""
     info, cause = _episode_2_goes_wrong(cli, tmp_path, "crash", 3)
     assert "ray actor" in cause and "died" in cause
-    assert info["scheduling"]["counts"]["requeued_units"] >= 2  # its slot-mates of the first death ran again, alone
+    assert info["executor"]["counts"]["requeued_units"] >= 2  # its slot-mates of the first death ran again, alone
 
 
 def test_an_actor_whose_env_hangs_is_killed_and_costs_only_that_episode(cli, cluster, tmp_path: Path) -> None:
@@ -153,7 +153,7 @@ def test_videos_sent_back_to_the_driver_are_where_the_report_expects_them(cli, c
     info = load_info(tmp_path)
     videos = info["overall"]["video_paths"]
     assert len(videos) == 6  # 2 per task
-    assert info["scheduling"]["counts"]["videos_uploaded"] == 6
+    assert info["executor"]["counts"]["videos_uploaded"] == 6
     for v in videos:
         with av.open(str(tmp_path / v)) as container:
             assert sum(1 for _ in container.decode(video=0)) > 1
@@ -175,7 +175,7 @@ def test_lerobots_env_through_the_bridge_in_ray_actors(cli, cluster, tmp_path: P
     assert local.rc == 0, local.err
     res = cli(*flags, "--executor=ray", "--ray.upload_videos=true", f"--output_dir={tmp_path / 'ray'}")
     assert res.rc == 0, res.err
-    assert load_info(tmp_path / "ray")["mode"] == "ray"
+    assert load_info(tmp_path / "ray")["executor"]["name"] == "ray"
     assert per_episode(tmp_path / "ray") == per_episode(tmp_path / "local")
     (video,) = load_info(tmp_path / "ray")["overall"]["video_paths"]
     with av.open(str(tmp_path / "ray" / video)) as container:
@@ -269,7 +269,7 @@ def test_an_actor_killed_mid_run_is_replaced_and_the_results_do_not_change(cli, 
     assert killed, "no actor was found to kill"
     assert res.rc == 0, res.err
     assert per_episode(tmp_path) == local_fake
-    counts = load_info(tmp_path)["scheduling"]["counts"]
+    counts = load_info(tmp_path)["executor"]["counts"]
     assert counts["actor_deaths"] == 1 and counts["actors_started"] == 3 and counts["requeued_units"] >= 1
 
 
@@ -315,7 +315,7 @@ def test_an_unreachable_cluster_is_one_line_within_the_timeout(tmp_path: Path) -
 
 
 def test_an_adaptive_ray_run_is_the_fixed_runs_prefix(cli, cluster, tmp_path: Path) -> None:
-    from rollbench.results.adaptive import decide
+    from rollbench.stopping.adaptive import decide
     from test_adaptive import ADAPTIVE, BASE, RULE, check_adaptive
 
     res = run_subprocess(*BASE, "--eval.report=false", f"--output_dir={tmp_path / 'fixed'}")

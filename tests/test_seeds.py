@@ -127,7 +127,7 @@ def test_seeds_with_ci_width_stop_on_prefixes_that_go_round_robin_over_the_seeds
     """--seeds with --eval.ci_width: a task's prefixes take episode 0 of every seed, then
     episode 1, ... (a task stopped at 10 holds 4, 3 and 3 episodes of the three seeds, not 10
     of the first); the result is that prefix of the fixed multi-seed run, whatever the mode."""
-    from rollbench.results.adaptive import StopRule, decide
+    from rollbench.stopping.adaptive import StopRule, decide
 
     rule = StopRule(ci_width=0.3, block=10, max_episodes=60, seeds=3)
     assert [rule.position(e) for e in (0, 1, 20, 40, 21)] == [0, 3, 1, 2, 4]

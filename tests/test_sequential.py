@@ -14,8 +14,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from rollbench.report import sequential as sq
-from rollbench.report.stats import mcnemar_power
+from rollbench.stats import mcnemar_power
+from rollbench.stopping import sequential as sq
 
 # -- the capital process and its martingale, exactly ------------------------------------
 

@@ -61,9 +61,13 @@ def test_every_way_of_running_writes_the_same_keys_and_the_command_that_reruns_i
              (("one", single), ("local", tmp_path / "local"), ("merge", tmp_path / "hand"))}
     keys = {name: list(info) for name, info in infos.items()}
     assert keys["one"] == keys["local"] == keys["merge"], keys
-    assert {info["schema_version"] for info in infos.values()} == {2}
-    assert [infos[n]["mode"] for n in infos] == ["lockstep", "launch-local", "merge"]
-    assert infos["merge"]["merged_from"] == 1 and infos["one"]["merged_from"] is None
+    assert {info["schema_version"] for info in infos.values()} == {3}
+    assert [infos[n]["executor"]["name"] for n in infos] == ["local", "launch-local", "merge"]
+    # one shape (schema 3): mode is how the units were scheduled, scheduling the Schedule's keys
+    assert [infos[n]["mode"] for n in infos] == ["lockstep", "lockstep", None]
+    assert set(infos["one"]["scheduling"]) == set(infos["local"]["scheduling"]) and infos["merge"]["scheduling"] is None
+    assert [s["scheduling"]["mode"] for s in infos["local"]["executor"]["shards"]] == ["lockstep", "lockstep"]
+    assert infos["merge"]["executor"] == {"name": "merge", "merged_from": 1} and infos["one"]["executor"] == {"name": "local"}
     assert infos["one"]["policy_calls"]["calls"] > 0 and infos["merge"]["policy_calls"] is None
     command = infos["merge"]["command"]
     assert command[:2] == ["rollbench", "eval"] and f"--output_dir={tmp_path / 'hand'}" in command
@@ -92,7 +96,7 @@ def test_launch_local_three_shards_matches_the_single_run(tmp_path: Path, single
     assert "overall" in res.out and "complete" in res.out
     assert per_episode(tmp_path) == per_episode(single)
     assert sorted(p.name for p in (tmp_path / "logs").glob("shard-*.log")) == [f"shard-{k}.log" for k in range(3)]
-    assert [s["returncode"] for s in load_info(tmp_path)["launch"]["shards"]] == [0, 0, 0]
+    assert [s["returncode"] for s in load_info(tmp_path)["executor"]["shards"]] == [0, 0, 0]
 
 
 @given(n_tasks=st.integers(1, 5), n_episodes=st.integers(1, 40), n_shards=st.integers(1, 9))

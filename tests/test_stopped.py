@@ -1,4 +1,4 @@
-"""The numbers of a task stopped by `--eval.ci_width` (results/stopped.py), checked exactly:
+"""The numbers of a task stopped by `--eval.ci_width` (stopping/estimates.py), checked exactly:
 the rule's distribution against brute-force enumeration of every outcome sequence, the
 unbiased rate's bias (0), the rule-aware interval's coverage on a grid of p (>= 95%), and the
 mean of tasks' rates (`overall`) against pooling, by simulation over the exact distribution."""
@@ -10,9 +10,9 @@ import itertools
 import numpy as np
 import pytest
 
-from rollbench.results import stopped
-from rollbench.results.adaptive import StopRule, decide
-from rollbench.results.summary import wilson
+from rollbench.stats import wilson
+from rollbench.stopping import estimates as stopped
+from rollbench.stopping.adaptive import StopRule, decide
 
 GRID = np.linspace(0.005, 0.995, 199)  # every half point from 0.5% to 99.5%
 #: MetaWorld MT10-like rates, from 0.98 down to 0.3 (issue 35's example)
@@ -145,7 +145,7 @@ def test_a_rate_stopped_by_a_comparison_keeps_its_anytime_interval_s_coverage(p_
     episodes too: no exact interval of B's rate alone exists. The betting interval of B's
     episodes covers its rate under any stopping rule (>= 95% by Ville's inequality; 2,000
     simulated comparisons of up to 100 pairs at alpha/10, as for ten tasks)."""
-    from rollbench.report import sequential as sq
+    from rollbench.stopping import sequential as sq
 
     rng = np.random.default_rng(7)
     reps, n_max = 2000, 100

@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import load_info
-from rollbench.results.summary import aggregate, table, wilson
+from rollbench.results.summary import aggregate, table
+from rollbench.stats import wilson
 
 
 def strict_json(path: Path):

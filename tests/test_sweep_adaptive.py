@@ -15,9 +15,9 @@ import pytest
 from conftest import load_info, run_subprocess
 from rollbench.report import conditions
 from rollbench.report.runs import load_run
-from rollbench.report.sequential import sequential_test
-from rollbench.results.adaptive import StopRule, decide
 from rollbench.results.log import read_records
+from rollbench.stopping.adaptive import StopRule, decide
+from rollbench.stopping.sequential import sequential_test
 from test_resume import start_and_stop
 
 N = 40

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from conftest import load_info, per_episode, run_subprocess
-from rollbench.report import compare_runs, load_run, stats, write_report
+from rollbench import stats
+from rollbench.report import compare_runs, load_run, write_report
 from rollbench.report.compare_cmd import text
 from rollbench.report.conditions import axis_levels, split
 from rollbench.report.report import render

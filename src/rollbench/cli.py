@@ -277,6 +277,17 @@ Prints a table with the fix of each mismatch (a --rename_map, an image size flag
 Exit 0: it fits (warnings may be listed); 2: a hard mismatch (eval refuses it too)."""
 
 
+def _first_observation(bench: Any, seed: int) -> tuple[str, Any, Any]:
+    """(the benchmark's first task, one reset's observation with `seed`, its action space)."""
+    task = next(t for names in bench.tasks().values() for t in names)
+    env = bench.make_task_env(task)
+    try:
+        obs, _ = env.reset(seed=seed)
+        return task, obs, env.action_space
+    finally:
+        env.close()
+
+
 def cmd_check(flags: dict[str, str]) -> int:
     # lazy: a plugin, loaded by name (registry.py) or by `rollbench check`
     from rollbench.policies.lerobot import OWNS_ENV_PROCESSORS, check_checkpoint_dir, read_config
@@ -303,13 +314,7 @@ def cmd_check(flags: dict[str, str]) -> int:
         require_libero(bench, ckpt, str(raw["type"]))
         width = model_action_dim(raw)
     apply_backend(choose_backend(cfg.render_device))
-    task = next(t for names in bench.tasks().values() for t in names)
-    env = bench.make_task_env(task)
-    try:
-        obs, _ = env.reset(seed=cfg.seed)
-        action_space = env.action_space
-    finally:
-        env.close()
+    task, obs, action_space = _first_observation(bench, cfg.seed)
     ctx = StepContext(bench, cfg.policy, cfg.seed)  # what a run's policy would be given, without the policy
     gives = observed(ctx.policy_batch(stack_any([obs]), ctx.processors[0]))
     if owns:  # what its own env processors make of the observation
@@ -319,8 +324,7 @@ def cmd_check(flags: dict[str, str]) -> int:
     rows = preflight(ckpt, gives, action_space, bench, cfg.policy.options)
     print(f"checkpoint {ckpt}\nagainst --env.type={bench.type_name} (task {task}, one reset with seed {cfg.seed})\n")
     print(table(rows))
-    hard = [r for r in rows if r.status == "hard"]
-    soft = [r for r in rows if r.status == "soft"]
+    hard, soft = ([r for r in rows if r.status == status] for status in ("hard", "soft"))
     print(f"\n{len(rows) - len(hard) - len(soft)} ok, {len(soft)} warnings, {len(hard)} mismatches: "
           + ("rollbench eval refuses this checkpoint with these flags" if hard else "it fits"))
     return 2 if hard else 0
@@ -361,8 +365,20 @@ def dataset_line(d: dict[str, Any]) -> str:
             f"hf upload --repo-type=dataset {d['repo_id']} {d['root']}")
 
 
+def draw_report(output_dir: Path) -> Path | None:
+    """report.html from what the close wrote; a page that cannot be drawn costs no result."""
+    from rollbench.report import write_report  # lazy: matplotlib, only once a run has closed
+
+    try:
+        return write_report(output_dir)
+    except Exception as err:  # the results are saved; the page is a view of them
+        log.warning("could not write %s/report.html (%s: %s); rerun `rollbench report %s`",
+                    output_dir, type(err).__name__, err, output_dir)
+        return None
+
+
 def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
-    from rollbench.lifecycle import check_outputs, run_eval  # lazy: --help and list stay fast
+    from rollbench import checks, lifecycle  # lazy: --help and list stay fast
     from rollbench.results.summary import table  # lazy: `rollbench eval` only
 
     cfg = config_from_flags(flags)
@@ -371,26 +387,17 @@ def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
     except UnknownNameError as err:
         raise ConfigError(f"--executor={cfg.executor}: {err}") from None
     kind.options(cfg)  # its --executor.* flags, before anything is built
-    check_outputs(cfg)  # so is a path that takes no file (run_eval checks it again, for its other callers)
+    checks.check_outputs(cfg)  # so is a path that takes no file (run_eval checks it again, for its other callers)
     cfg = resolved(cfg)
     executor: Executor = kind.for_run(cfg, flags)
-    outcome = run_eval(cfg, executor, command=argv)
+    outcome = lifecycle.run_eval(cfg, executor, command=argv, view=draw_report if cfg.eval.report else None)
     if outcome.info is None:  # a shard child: its launcher closes the run
         print(f"{outcome.ran} episodes run {outcome.how} for shard {cfg.eval.shard_id} of {cfg.eval.num_shards}; "
               f"the launcher closes the run in {outcome.output_dir}")
         return 0 if outcome.ok else 1
     info = outcome.info.to_json()
-    print(table(info))
-    if "per_condition" in info:
-        from rollbench.report.sweep import lines  # lazy: a sweep (--eval.perturb) only
-
-        print("\nthe table above is the control; --eval.perturb's conditions on the same seeds:")
-        print("\n".join(lines(info["per_condition"])))
-    print(f"\n{outcome.ran} episodes run {outcome.how}; {info['status']} results in {outcome.output_dir / 'eval_info.json'}")
-    if "adaptive" in info:
-        print(adaptive_line(info["adaptive"], len(info["per_task"]), info["per_task"]))
-    if "dataset" in info:
-        print(dataset_line(info["dataset"]))
+    _print_results(info, table(info), f"{outcome.ran} episodes run {outcome.how}; {info['status']} results in "
+                   f"{outcome.output_dir / 'eval_info.json'}")
     if outcome.report is not None:
         print(f"report: {outcome.report}")
     if outcome.failed:
@@ -405,14 +412,30 @@ def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:
     return 0 if outcome.ok else 1
 
 
+def _print_results(info: dict[str, Any], table: str, closing: str) -> None:
+    """A closed run on the terminal: the table, a sweep's conditions, the closing line, a stop
+    rule's and a recording's lines."""
+    print(table)
+    if "per_condition" in info:
+        from rollbench.report.sweep import lines  # lazy: a sweep (--eval.perturb) only
+
+        print("\nthe table above is the control; --eval.perturb's conditions on the same seeds:")
+        print("\n".join(lines(info["per_condition"])))
+    print(f"\n{closing}")
+    if "adaptive" in info:
+        print(adaptive_line(info["adaptive"], len(info["per_task"]), info["per_task"]))
+    if "dataset" in info:
+        print(dataset_line(info["dataset"]))
+
+
 def cmd_tune(flags: dict[str, str]) -> int:
-    from rollbench import lifecycle, tune  # lazy: `rollbench tune` only (--help, list stay fast)
+    from rollbench import checks, tune  # lazy: `rollbench tune` only (--help, list stay fast)
 
     cfg = config_from_flags(flags)
     if cfg.workers == "auto":
         raise ConfigError("--workers=auto is for rollbench eval; rollbench tune measures and recommends workers itself")
     path = writable.output_file("--tune.output", str(tune.default_tune_path(cfg)), parents=True)  # before a download and the probe
-    lifecycle.check_benchmark(cfg)  # as eval checks it: one line here, not a failed probe process
+    checks.check_benchmark(cfg)  # as eval checks it: one line here, not a failed probe process
     cfg = resolved(cfg)
     probe = tune.measure(cfg)
     rec = tune.recommend(probe)
@@ -424,9 +447,8 @@ def cmd_tune(flags: dict[str, str]) -> int:
 
 
 def cmd_merge(positional: list[str], flags: dict[str, str]) -> int:
-    from rollbench.lifecycle import merge_dir  # lazy: a command's code loads when it runs (--help, list stay fast)
-    from rollbench.results.store import read_manifest  # lazy: `rollbench merge` only
-    from rollbench.results.summary import table  # lazy: `rollbench merge` only
+    from rollbench.close import merge_dir  # lazy: a command's code loads when it runs (--help, list stay fast)
+    from rollbench.results import store, summary  # lazy: `rollbench merge` only
 
     if len(positional) != 1:
         raise ConfigError("rollbench merge takes one directory: rollbench merge DIR")
@@ -435,14 +457,10 @@ def cmd_merge(positional: list[str], flags: dict[str, str]) -> int:
     root = Path(positional[0])
     if root.is_dir():  # it takes eval_info.json and report.html: checked before the logs are read
         writable.output_dir("rollbench merge DIR", str(root))
-    config = read_manifest(root)
+    config = store.read_manifest(root)
     info = merge_dir(root, config_from_dict(config), rerun_argv({**config, "output_dir": str(root)})).to_json()
-    print(table(info))
-    print(f"\nmerged into {root / 'eval_info.json'}: {info['status']}")
-    if "adaptive" in info:
-        print(adaptive_line(info["adaptive"], len(info["per_task"]), info["per_task"]))
-    if "dataset" in info:
-        print(dataset_line(info["dataset"]))
+    draw_report(root)
+    _print_results(info, summary.table(info), f"merged into {root / 'eval_info.json'}: {info['status']}")
     if info["status"] != "complete":
         missing = info["missing_units"]
         shown = ", ".join(f"{m['task_group']}/{m['task']}#{m['episode_index']}" for m in missing[:10])
@@ -566,54 +584,64 @@ def _setup_logging(debug: bool) -> None:
     quiet.install(debug)  # other packages' logging, warnings and encoder banners: to the debug log
 
 
+def _dispatch(argv: list[str]) -> int:
+    """Run the command `argv` names; its exit code (errors are `main`'s to print)."""
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(main_help())
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"rollbench {__version__}")
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        raise ConfigError(f"unknown command {command!r}.{did_you_mean(command, COMMANDS)} Commands: {', '.join(COMMANDS)}")
+    load_plugins()
+    if "-h" in rest or "--help" in rest:
+        print(command_help(command))
+        return 0
+    flags, positional = parse_flags(rest)
+    if command not in ("eval", "tune", "check"):
+        flags.pop("debug", None)
+    if command in ("eval", "tune", "check"):
+        if positional:
+            raise ConfigError(f"unexpected argument {positional[0]!r}; flags look like --env.type=metaworld")
+        if command == "check":
+            return cmd_check(flags)
+        return cmd_eval(flags, ["rollbench", *argv]) if command == "eval" else cmd_tune(flags)
+    if command == "merge":
+        return cmd_merge(positional, flags)
+    if command == "serve":
+        if positional:
+            raise ConfigError(f"unexpected argument {positional[0]!r}; flags look like --policy.type=expert")
+        from rollbench.serve import serve_main  # lazy: `rollbench serve` only
+
+        return serve_main(flags)
+    if command in ("report", "compare"):
+        from rollbench.report import compare_main, report_main  # lazy: `rollbench report` and `compare` only
+
+        return (report_main if command == "report" else compare_main)(positional, flags)
+    if flags:
+        raise ConfigError(f"unknown flag --{next(iter(flags))} for rollbench list; usage: rollbench list [BENCHMARK]")
+    return cmd_list(positional)
+
+
+def command_help(command: str) -> str:
+    """`rollbench COMMAND --help`: every flag of COMMAND."""
+    from rollbench.report import COMPARE_HELP, REPORT_HELP  # lazy: a command's own help
+    from rollbench.serve import serve_help  # lazy: a command's own help
+
+    helps = {"eval": eval_help, "tune": tune_help, "merge": lambda: MERGE_HELP, "list": lambda: LIST_HELP,
+             "report": lambda: REPORT_HELP, "compare": lambda: COMPARE_HELP, "serve": serve_help,
+             "check": lambda: CHECK_HELP}
+    return helps[command]()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or any(a.startswith("--debug=") and a.split("=", 1)[1].lower() in ("true", "1") for a in argv)
     _setup_logging(debug)
     try:
-        if not argv or argv[0] in ("-h", "--help", "help"):
-            print(main_help())
-            return 0 if argv else 2
-        if argv[0] == "--version":
-            print(f"rollbench {__version__}")
-            return 0
-        command, rest = argv[0], argv[1:]
-        if command not in COMMANDS:
-            raise ConfigError(f"unknown command {command!r}.{did_you_mean(command, COMMANDS)} Commands: {', '.join(COMMANDS)}")
-        load_plugins()
-        if "-h" in rest or "--help" in rest:
-            from rollbench.report import COMPARE_HELP, REPORT_HELP  # lazy: a command's own help
-            from rollbench.serve import serve_help  # lazy: a command's own help
-
-            helps = {"eval": eval_help, "tune": tune_help, "merge": lambda: MERGE_HELP, "list": lambda: LIST_HELP,
-                     "report": lambda: REPORT_HELP, "compare": lambda: COMPARE_HELP, "serve": serve_help,
-                     "check": lambda: CHECK_HELP}
-            print(helps[command]())
-            return 0
-        flags, positional = parse_flags(rest)
-        if command not in ("eval", "tune", "check"):
-            flags.pop("debug", None)
-        if command in ("eval", "tune", "check"):
-            if positional:
-                raise ConfigError(f"unexpected argument {positional[0]!r}; flags look like --env.type=metaworld")
-            if command == "check":
-                return cmd_check(flags)
-            return cmd_eval(flags, ["rollbench", *argv]) if command == "eval" else cmd_tune(flags)
-        if command == "merge":
-            return cmd_merge(positional, flags)
-        if command == "serve":
-            if positional:
-                raise ConfigError(f"unexpected argument {positional[0]!r}; flags look like --policy.type=expert")
-            from rollbench.serve import serve_main  # lazy: `rollbench serve` only
-
-            return serve_main(flags)
-        if command in ("report", "compare"):
-            from rollbench.report import compare_main, report_main  # lazy: `rollbench report` and `compare` only
-
-            return (report_main if command == "report" else compare_main)(positional, flags)
-        if flags:
-            raise ConfigError(f"unknown flag --{next(iter(flags))} for rollbench list; usage: rollbench list [BENCHMARK]")
-        return cmd_list(positional)
+        return _dispatch(argv)
     except RollbenchError as err:
         if debug:
             raise

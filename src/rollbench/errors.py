@@ -6,7 +6,16 @@ to an exit code: usage and configuration problems exit 2, failures during a run 
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable, Iterable
+
+#: errno values that mean "the disk (or the user's quota on it) is full"
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_disk_full(err: OSError) -> bool:
+    """Whether a failed write means the disk (or the user's quota on it) is full."""
+    return err.errno in DISK_FULL
 
 
 class RollbenchError(Exception):

@@ -73,21 +73,27 @@ def download(repo_id: str, revision: str | None, where: str, patterns: Sequence[
     except RevisionNotFoundError:
         raise ConfigError(f"{where}: {repo_id} has no revision {revision!r} (a branch, tag or commit)") from None
     except LocalEntryNotFoundError:
-        if constants.HF_HUB_OFFLINE:
-            raise ConfigError(
-                f"{where}: not a local path, and with HF_HUB_OFFLINE set {at} is not in the cache "
-                f"({cache_root()}); download it once with the network (`hf download {repo_id}`), or point "
-                f"HF_HUB_CACHE at a cache that holds it"
-            ) from None
-        raise ConfigError(
-            f"{where}: not a local path, and the hub cannot be reached and {at} is not in the cache "
-            f"({cache_root()}); check the network, or set HF_HUB_OFFLINE=1 with a cache that holds it"
-        ) from None
+        raise _not_in_cache(where, repo_id, at, bool(constants.HF_HUB_OFFLINE)) from None
     except HfHubHTTPError as err:
         raise ConfigError(f"{where}: the hub answered {error_line(err)}") from None
     except OSError as err:  # a cache that cannot be written, a full disk
         raise ConfigError(f"{where}: cannot download {at} into {cache_root()} ({error_line(err)})") from None
     return Path(folder)
+
+
+def _not_in_cache(where: str, repo_id: str, at: str, offline: bool) -> ConfigError:
+    """The error for a snapshot (`at`: repo@revision) that is not in the cache and cannot be
+    downloaded: with HF_HUB_OFFLINE set (`offline`), or with the hub out of reach."""
+    if offline:
+        return ConfigError(
+            f"{where}: not a local path, and with HF_HUB_OFFLINE set {at} is not in the cache "
+            f"({cache_root()}); download it once with the network (`hf download {repo_id}`), or point "
+            f"HF_HUB_CACHE at a cache that holds it"
+        )
+    return ConfigError(
+        f"{where}: not a local path, and the hub cannot be reached and {at} is not in the cache "
+        f"({cache_root()}); check the network, or set HF_HUB_OFFLINE=1 with a cache that holds it"
+    )
 
 
 def resolve(

@@ -491,25 +491,14 @@ def perturb_image(img: np.ndarray, levels: Mapping[str, float], seed: int, camer
     x = x.astype(np.float32) / (255.0 if img.dtype == np.uint8 else 1.0)
     if x.ndim == 2:
         x = x[:, :, None]
-    h, w = x.shape[:2]
 
     def episode(axis: str) -> np.random.Generator:  # what stays put for the whole episode
         return _stream(seed, axis, levels[axis], 0, camera)
 
     if "image.shift" in levels:
-        angle = episode("image.shift").uniform(0.0, 2 * np.pi)
-        dy, dx = round(levels["image.shift"] * h * np.sin(angle)), round(levels["image.shift"] * w * np.cos(angle))
-        moved = np.zeros_like(x)
-        src = x[max(0, -dy): h - max(0, dy), max(0, -dx): w - max(0, dx)]
-        moved[max(0, dy): max(0, dy) + src.shape[0], max(0, dx): max(0, dx) + src.shape[1]] = src
-        x = moved
+        x = _shift(x, levels["image.shift"], episode("image.shift"))
     if "image.occlusion" in levels:
-        side = np.sqrt(levels["image.occlusion"])
-        ph, pw = round(side * h), round(side * w)
-        rng = episode("image.occlusion")
-        top, left = rng.integers(0, h - ph + 1), rng.integers(0, w - pw + 1)
-        x = x.copy()
-        x[top: top + ph, left: left + pw] = 0.5
+        x = _occlude(x, levels["image.occlusion"], episode("image.occlusion"))
     if "image.brightness" in levels:
         x = x * levels["image.brightness"]
     if "image.contrast" in levels:
@@ -529,6 +518,30 @@ def perturb_image(img: np.ndarray, levels: Mapping[str, float], seed: int, camer
     if img.ndim == 2:
         out = out[:, :, 0]
     return np.ascontiguousarray(out.transpose(2, 0, 1)) if chw else out
+
+
+def _shift(x: np.ndarray, level: float, rng: np.random.Generator) -> np.ndarray:
+    """The frame `x` (HWC) moved by `level` of its height and width in a direction drawn from
+    `rng`, black where nothing moved in."""
+    h, w = x.shape[:2]
+    angle = rng.uniform(0.0, 2 * np.pi)
+    dy, dx = round(level * h * np.sin(angle)), round(level * w * np.cos(angle))
+    moved = np.zeros_like(x)
+    src = x[max(0, -dy): h - max(0, dy), max(0, -dx): w - max(0, dx)]
+    moved[max(0, dy): max(0, dy) + src.shape[0], max(0, dx): max(0, dx) + src.shape[1]] = src
+    return moved
+
+
+def _occlude(x: np.ndarray, level: float, rng: np.random.Generator) -> np.ndarray:
+    """A copy of the frame `x` (HWC) with a grey patch covering `level` of its area, the patch's
+    place drawn from `rng`."""
+    h, w = x.shape[:2]
+    side = np.sqrt(level)
+    ph, pw = round(side * h), round(side * w)
+    top, left = rng.integers(0, h - ph + 1), rng.integers(0, w - pw + 1)
+    x = x.copy()
+    x[top: top + ph, left: left + pw] = 0.5
+    return x
 
 
 def preview(cid: str, frame: np.ndarray, seed: int, camera: str = "observation.image") -> np.ndarray:

@@ -209,6 +209,13 @@ def check_user_backend(bench: BenchmarkConfig, films: int = 0) -> None:
             f"osmesa (with libOSMesa installed), glfw (with a display); found on this machine: {works}; or unset MUJOCO_GL to "
             f"let rollbench choose"
         )
+    _check_display(user, value, bench, films)
+    _check_library(user, value)
+
+
+def _check_display(user: str, value: str, bench: BenchmarkConfig, films: int) -> None:
+    """Refuse, as a ConfigError, MUJOCO_GL=`user` (`value`: as MuJoCo reads it) when it means
+    glfw, no display is set, and the run renders (its observations, or `films` videos)."""
     if value.lower() in _GLFW_WORDS and not has_display() and (films or bench.renders_obs):
         if bench.renders_obs:  # filming nothing would not help
             cameras = ", ".join(k for k, ft in bench.features.items() if ft.type == "VISUAL")
@@ -220,6 +227,11 @@ def check_user_backend(bench: BenchmarkConfig, films: int = 0) -> None:
             f"MUJOCO_GL={user}{'' if value.lower() == 'glfw' else ' (glfw, MuJoCo default)'} needs a display, and none "
             f"is set (DISPLAY, WAYLAND_DISPLAY); {why}, or unset MUJOCO_GL to let rollbench choose"
         )
+
+
+def _check_library(user: str, value: str) -> None:
+    """Refuse, as a ConfigError, MUJOCO_GL=`user` (`value`: as MuJoCo reads it) when this process
+    has loaded PyOpenGL for another platform already, or the library it needs is not installed."""
     loaded = loaded_backend()
     if loaded is not None and value.lower() in _LIBRARIES and value.lower() != loaded:
         raise ConfigError(

@@ -86,23 +86,11 @@ class NativeScene:
         ids = [mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, name) for name in cameras]
         if min(ids, default=0) < 0:  # -1 would move the model's last camera instead
             raise ValueError(f"the model has no camera {cameras[ids.index(-1)]!r}")
-        shift = levels.get("camera.shift")
-        if shift:
-            rng = perturb.reset_stream(seed, cid, "camera.shift")
-            for cam in ids:  # one direction per camera, drawn in the order the cameras are given
-                model.cam_pos[cam] += shift * _direction(rng)
-        turn = levels.get("camera.rotate")
-        if turn:
-            rng = perturb.reset_stream(seed, cid, "camera.rotate")
-            for cam in ids:
-                quat = _mul(model.cam_quat[cam], _rotation(_direction(rng), turn))
-                model.cam_quat[cam] = quat / np.linalg.norm(quat)
+        shift, turn = levels.get("camera.shift"), levels.get("camera.rotate")
+        _move_cameras(model, ids, seed, cid, shift, turn)
         factor = levels.get("light.intensity")
         if factor is not None:
-            model.light_diffuse[:] *= factor
-            model.light_ambient[:] *= factor
-            model.vis.headlight.diffuse[:] *= factor
-            model.vis.headlight.ambient[:] *= factor
+            _scale_lights(model, factor)
         self._changed = bool(shift or turn or factor is not None)
         moved = levels.get("object.shift")
         objects = free_joints(model) if moved else []
@@ -115,6 +103,29 @@ class NativeScene:
         elif self._changed:  # only the cameras' poses in `data` follow: the rest stays as the reset left it
             mujoco.mj_camlight(model, data)
         return bool(objects) or self._changed
+
+
+def _move_cameras(model: Any, ids: Sequence[int], seed: int, cid: str, shift: float | None, turn: float | None) -> None:
+    """Moves each of `model`'s cameras `ids` by `shift` in a direction of its own (camera.shift)
+    and turns it by `turn` degrees about an axis of its own (camera.rotate), the directions and
+    axes drawn from condition `cid`'s reset streams."""
+    if shift:
+        rng = perturb.reset_stream(seed, cid, "camera.shift")
+        for cam in ids:  # one direction per camera, drawn in the order the cameras are given
+            model.cam_pos[cam] += shift * _direction(rng)
+    if turn:
+        rng = perturb.reset_stream(seed, cid, "camera.rotate")
+        for cam in ids:
+            quat = _mul(model.cam_quat[cam], _rotation(_direction(rng), turn))
+            model.cam_quat[cam] = quat / np.linalg.norm(quat)
+
+
+def _scale_lights(model: Any, factor: float) -> None:
+    """Scales the diffuse and ambient light of `model`'s lights and its headlight by `factor`."""
+    model.light_diffuse[:] *= factor
+    model.light_ambient[:] *= factor
+    model.vis.headlight.diffuse[:] *= factor
+    model.vis.headlight.ambient[:] *= factor
 
 
 def free_joints(model: Any) -> list[int]:

@@ -150,6 +150,18 @@ class EvalConfig:
                 f"--eval.ci_width={self.ci_width} is not allowed; it must be between 0 and 1 (the width of a 95% "
                 f"interval of the success rate, as a fraction: 0.1 = +-5 points)"
             )
+        self._check_recording()
+        self._check_perturb()
+        self._check_stop_rules()
+        self._check_batches_and_shards()
+        self._check_videos()
+        if self.max_retries < 0:
+            raise ConfigError(f"--eval.max_retries={self.max_retries} is not allowed; it must be >= 0")
+        if not self.step_timeout_s > 0:
+            raise ConfigError(f"--eval.step_timeout_s={self.step_timeout_s} is not allowed; it must be > 0")
+
+    def _check_recording(self) -> None:
+        """Raises ConfigError when a --eval.record* flag is given to a run that does not record."""
         if not self.recording and (self.record != "all" or self.recording_repo_id or self.recording_root
                                    or self.recording_private or self.record_conditions != "all"):
             given = next(f for f, v in (("--eval.record", self.record != "all"), ("--eval.recording_repo_id",
@@ -157,6 +169,10 @@ class EvalConfig:
                          ("--eval.recording_private", self.recording_private),
                          ("--eval.record_conditions", self.record_conditions != "all")) if v)
             raise ConfigError(f"{given} belongs to a recorded run; add --eval.recording=true")
+
+    def _check_perturb(self) -> None:
+        """Raises ConfigError when --eval.perturb or --eval.paraphrases cannot be read, or the
+        sweep asks for what it does not have (paraphrases) or cannot do (--eval.versus)."""
         if self.paraphrases:
             perturb.paraphrase_table(self.paraphrases)
         if self.perturb:
@@ -168,6 +184,9 @@ class EvalConfig:
             if self.versus is not None:
                 raise ConfigError("--eval.perturb with --eval.versus: a sweep is not compared with another run; "
                                   "--eval.perturb_stop=paired compares each condition with the sweep's control")
+
+    def _check_stop_rules(self) -> None:
+        """Raises ConfigError when the stop rules' flags are out of range or two stop rules are given."""
         if self.perturb_stop not in ("none", "paired"):
             raise ConfigError(f"--eval.perturb_stop={self.perturb_stop!r} is not allowed; use paired or none")
         if self.perturb_stop == "paired" and not self.perturb:
@@ -187,6 +206,9 @@ class EvalConfig:
             )
         if self.ci_block < 1:
             raise ConfigError(f"--eval.ci_block={self.ci_block} is not allowed; it must be >= 1")
+
+    def _check_batches_and_shards(self) -> None:
+        """Raises ConfigError when a batch, the shards or the tasks at once are out of range."""
         if self.batch_size is not None and self.batch_size < 1:
             raise ConfigError(f"--eval.batch_size={self.batch_size} is not allowed; it must be >= 1")
         if self.num_shards < 1:
@@ -198,6 +220,9 @@ class EvalConfig:
             )
         if self.max_parallel_tasks < 1:
             raise ConfigError(f"--eval.max_parallel_tasks={self.max_parallel_tasks} is not allowed; it must be >= 1")
+
+    def _check_videos(self) -> None:
+        """Raises ConfigError when the videos' count, size or frame rate is out of range."""
         if self.max_episodes_rendered < 0:
             raise ConfigError(f"--eval.max_episodes_rendered={self.max_episodes_rendered} is not allowed; it must be >= 0")
         if not 16 <= self.video_size <= 4096:
@@ -210,10 +235,6 @@ class EvalConfig:
                 f"--eval.video_fps={self.video_fps} is not allowed; it must be >= 1 (frames per second of "
                 f"simulated time); --eval.max_episodes_rendered=0 films nothing"
             )
-        if self.max_retries < 0:
-            raise ConfigError(f"--eval.max_retries={self.max_retries} is not allowed; it must be >= 0")
-        if not self.step_timeout_s > 0:
-            raise ConfigError(f"--eval.step_timeout_s={self.step_timeout_s} is not allowed; it must be > 0")
 
     @property
     def adaptive(self) -> bool:
@@ -224,6 +245,12 @@ class EvalConfig:
     def conditions(self) -> tuple[str, ...]:
         """The ids of --eval.perturb's conditions, the control ("") first; ("",) without it."""
         return tuple(c.id for c in perturb.parse(self.perturb))
+
+    @property
+    def is_sweep(self) -> bool:
+        """Whether the run is a robustness sweep: conditions beside the control (the one place
+        that asks; eval_info's LeRobot keys are then the control's, `per_condition` the rest)."""
+        return len(self.conditions) > 1
 
     @property
     def record_mode(self) -> RecordRule | None:

@@ -61,16 +61,7 @@ def coerce(flag: str, raw: str, tp: Any) -> Any:
     """Turn the string `raw` given for `flag` into a value of type `tp`, or raise ConfigError."""
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
-        args = get_args(tp)
-        if type(None) in args and raw.strip().lower() in {"none", "null", ""}:
-            return None
-        errors = []
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                return coerce(flag, raw, arg)
-            except ConfigError as err:
-                errors.append(str(err))
-        raise ConfigError(errors[0] if len(errors) == 1 else f"{flag}={raw!r}: expected {describe_type(tp)}")
+        return _coerce_union(flag, raw, tp)
     if origin is Literal:
         choices = get_args(tp)
         if raw in choices:
@@ -82,6 +73,32 @@ def coerce(flag: str, raw: str, tp: Any) -> Any:
         except ValueError:
             allowed = ", ".join(str(m.value) for m in tp)
             raise ConfigError(f"{flag}={raw!r} is not allowed; choose one of: {allowed}") from None
+    if tp is bool or tp is int or tp is float:
+        return _coerce_scalar(flag, raw, tp)
+    if origin is tuple:
+        return _coerce_comma_list(flag, raw, tp)
+    if origin is dict:
+        return _coerce_json_object(flag, raw)
+    return raw
+
+
+def _coerce_union(flag: str, raw: str, tp: Any) -> Any:
+    """`raw` as the first of the union `tp`'s types that accepts it (None for none, null or an
+    empty string when the union allows None)."""
+    args = get_args(tp)
+    if type(None) in args and raw.strip().lower() in {"none", "null", ""}:
+        return None
+    errors = []
+    for arg in (a for a in args if a is not type(None)):
+        try:
+            return coerce(flag, raw, arg)
+        except ConfigError as err:
+            errors.append(str(err))
+    raise ConfigError(errors[0] if len(errors) == 1 else f"{flag}={raw!r}: expected {describe_type(tp)}")
+
+
+def _coerce_scalar(flag: str, raw: str, tp: type) -> bool | int | float:
+    """`raw` as a bool, an int or a float, whichever `tp` is."""
     if tp is bool:
         low = raw.strip().lower()
         if low in _TRUE:
@@ -94,31 +111,35 @@ def coerce(flag: str, raw: str, tp: Any) -> Any:
             return int(raw.strip())
         except ValueError:
             raise ConfigError(f"{flag}={raw!r}: expected an integer") from None
-    if tp is float:
-        try:
-            return float(raw.strip())
-        except ValueError:
-            raise ConfigError(f"{flag}={raw!r}: expected a number") from None
-    if origin is tuple:
-        parts = tuple(part.strip() for part in raw.split(",") if part.strip())
-        args = typing.get_args(tp)
-        if args and args[0] is int:
-            try:
-                return tuple(int(p) for p in parts)
-            except ValueError:
-                raise ConfigError(f"{flag}={raw!r}: expected whole numbers separated by commas") from None
-        return parts
-    if origin is dict:
-        import json  # lazy: `rollbench --help` does not load json (start-up time)
+    try:
+        return float(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{flag}={raw!r}: expected a number") from None
 
+
+def _coerce_comma_list(flag: str, raw: str, tp: Any) -> tuple[Any, ...]:
+    """`raw`'s comma-separated items (blanks dropped), as ints when `tp` is a tuple of ints."""
+    parts = tuple(part.strip() for part in raw.split(",") if part.strip())
+    args = typing.get_args(tp)
+    if args and args[0] is int:
         try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"{flag}={raw!r}: expected a JSON object ({err.msg})") from None
-        if not isinstance(value, dict):
-            raise ConfigError(f"{flag}={raw!r}: expected a JSON object")
-        return value
-    return raw
+            return tuple(int(p) for p in parts)
+        except ValueError:
+            raise ConfigError(f"{flag}={raw!r}: expected whole numbers separated by commas") from None
+    return parts
+
+
+def _coerce_json_object(flag: str, raw: str) -> dict[str, Any]:
+    """`raw` read as a JSON object."""
+    import json  # lazy: `rollbench --help` does not load json (start-up time)
+
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{flag}={raw!r}: expected a JSON object ({err.msg})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag}={raw!r}: expected a JSON object")
+    return value
 
 
 def build(cls: type[T], values: Mapping[str, str], prefix: str, **fixed: Any) -> T:

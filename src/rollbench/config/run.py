@@ -156,7 +156,7 @@ class RunConfig:
             **({"seeds": list(self.seeds)} if len(self.seeds) > 1 else {}),
             "n_episodes": self.eval.n_episodes,
             # a sweep's conditions decide which episode index is which condition's episode
-            **({"conditions": list(self.eval.conditions)} if len(self.eval.conditions) > 1 else {}),
+            **({"conditions": list(self.eval.conditions)} if self.eval.is_sweep else {}),
             # crossed conditions draw each axis's noise apart since issue 46 (common random numbers):
             # a run logged before with the old joint draws is another run, not one to resume
             **({"draws": "per_axis"} if any("&" in c for c in self.eval.conditions) else {}),

@@ -19,11 +19,14 @@ from rollbench.config.fields import build
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError
 from rollbench.plan import EpisodeUnit, UnitKey, shard
-from rollbench.results.adaptive import Stops
+from rollbench.results.dataset import part_writer
 from rollbench.results.eval_info import ExecutionFacts
+from rollbench.results.log import writer_name
 from rollbench.results.merge import Merged
 from rollbench.results.owners import Claim
 from rollbench.results.records import EpisodeRecord
+from rollbench.results.sink import DurableLog, RecordSink
+from rollbench.stopping.adaptive import Stops
 
 
 @dataclass(frozen=True)
@@ -47,10 +50,13 @@ class Executor(abc.ABC):
     """Runs a run's units. A subclass registered in `rollbench.executors.EXECUTORS` is what
     `--executor=NAME` builds (`for_run`); the lifecycle calls the hooks below in order."""
 
-    #: False: the lifecycle appends every record `execute` yields to this process's durable
-    #: log before it counts. True: the executor's own processes write their logs (local
-    #: shards), and the records it yields are only for the progress line.
+    #: False: every record `execute` yields is appended to this process's durable log before it
+    #: counts (`sink`). True: the executor's own processes write their logs (local shards), its
+    #: sink only counts, and the close joins their dataset parts.
     logs_itself: ClassVar[bool] = False
+    #: False: the run is not this process's to close (a shard child of `--launch=local`): after
+    #: its drive the lifecycle calls `hand_over` instead of closing; its launcher closes once
+    closes: ClassVar[bool] = True
     #: a dataclass of the executor's own flags (`--executor.<field>=VALUE`), or None: it takes none
     options_class: ClassVar[type | None] = None
 
@@ -85,13 +91,21 @@ class Executor(abc.ABC):
     def execute(self, run: Run) -> Iterator[EpisodeRecord]:
         """Run `run.todo`; yield each unit's record once, as it ends (done or failed)."""
 
+    def sink(self, run: Run) -> RecordSink:
+        """Where the records `execute` yields become durable before they count (results/sink.py):
+        by default this process's episode log, after a recording's dataset part."""
+        cfg = run.cfg
+        writer = writer_name(cfg.eval.shard_id, cfg.eval.num_shards)
+        return DurableLog(run.output_dir, writer, part_writer(cfg, run.output_dir))
+
     @abc.abstractmethod
     def facts(self) -> ExecutionFacts:
         """What it decided and did, for eval_info.json."""
 
     def describe(self) -> str:
         """How the units ran, for the closing line: "(continuous mode)", "in 3 shard processes"."""
-        return f"({self.facts().mode})"
+        facts = self.facts()
+        return f"({facts.mode or facts.executor})"
 
     def stop(self) -> None:  # noqa: B027 (optional hook)
         """Interrupted (Ctrl-C): stop whatever still runs, keeping what finished."""
@@ -102,6 +116,11 @@ class Executor(abc.ABC):
     def finish(self, run: Run, merged: Merged) -> list[str]:
         """After the run is closed: problems the user must hear of, one message each."""
         return []
+
+    def hand_over(self, run: Run, ran: int) -> None:
+        """An executor that does not close (`closes = False`): leave what it decided and counted
+        for the process that closes the run."""
+        raise NotImplementedError(f"{type(self).__name__} closes its runs; hand_over is for those that do not")
 
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Free what `setup` and `start` built; called once, whatever happened."""

@@ -17,6 +17,7 @@ from typing import Any
 from rollbench import timeline, tune
 from rollbench.config.run import RunConfig
 from rollbench.executors.base import Executor, Run
+from rollbench.executors.shards import LocalShardsExecutor, ShardChild, launched_child
 from rollbench.policies.base import Policy
 from rollbench.rendering import apply_backend
 from rollbench.results.eval_info import ExecutionFacts
@@ -33,12 +34,11 @@ from rollbench.tune.probe import rss_now
 class LocalExecutor(Executor):
     @classmethod
     def for_run(cls, cfg: RunConfig, flags: Mapping[str, str]) -> Executor:
-        """This process, or with `--launch=local` the shard launcher (its children are local runs)."""
+        """This process, or with `--launch=local` the shard launcher; in one of its children,
+        this process as that launcher's shard (which does not close the run)."""
         if cfg.launch == "local":
-            from rollbench.executors.shards import LocalShardsExecutor  # lazy: --launch=local only
-
             return LocalShardsExecutor(dict(flags))
-        return cls()
+        return ShardChild(cls()) if launched_child(cfg) else cls()
 
     def __init__(self) -> None:
         self.cfg: RunConfig | None = None
@@ -87,7 +87,7 @@ class LocalExecutor(Executor):
     def facts(self) -> ExecutionFacts:
         assert self.schedule is not None
         assert self.ctx is not None
-        return ExecutionFacts(self.schedule.mode, scheduling=dataclasses.asdict(self.schedule), tune=self.tuned,
+        return ExecutionFacts("local", scheduling=dataclasses.asdict(self.schedule), tune=self.tuned,
                               startup=timeline.startup(), policy_calls=self.ctx.counts.to_json())
 
     def describe(self) -> str:

@@ -103,7 +103,8 @@ class RolloutActor:
     def __init__(self, spec: WorkerSpec, upload: str, driver_host: str, output_dir: str) -> None:
         apply_backend(spec.gl_backend)  # before anything here imports MuJoCo
         os.environ.setdefault("OMP_NUM_THREADS", str(spec.threads))
-        fd, path = tempfile.mkstemp(prefix="rollbench-ray-", suffix=".buf", dir=shm_dir())
+        # named by this actor's pid: a killed actor's file is removed by the next run's sweep_shm
+        fd, path = tempfile.mkstemp(prefix=f"rollbench-{os.getpid()}-ray-", suffix=".buf", dir=shm_dir())
         os.close(fd)
         SlotBuffer(None, spec.n_slots, path, create=True)
         self.buffer_path = path
@@ -369,7 +370,9 @@ class RayExecutor(Executor):
         res = ray.cluster_resources()
         rc = cfg.ray
         actors = rc.actors or max(1, fitting_actors(_node_resources(ray), rc.cpus_per_actor, rc.gpus_per_actor))
-        self.schedule = decide(cfg, self.policy, len(run.todo), cluster=Cluster(actors, rc.cpus_per_actor))
+        asked = f"--ray.actors={rc.actors}" if rc.actors is not None else None
+        cluster = Cluster(actors, rc.cpus_per_actor, rc.slots_per_actor, rc.queue_per_slot, asked, "--ray.slots_per_actor")
+        self.schedule = decide(cfg, self.policy, len(run.todo), cluster=cluster)
         if self.schedule.placement == "worker":
             self.policy.close()  # every actor builds its own
             self.policy = None
@@ -394,9 +397,9 @@ class RayExecutor(Executor):
         if self.transport is not None and self.scheduler is not None:
             counts.update(self.transport.counts, actor_deaths=self.scheduler.counts["worker_deaths"],
                           requeued_units=self.scheduler.counts["requeued_units"])
-        scheduling = {"executor": "ray", **dataclasses.asdict(self.schedule), **dataclasses.asdict(self.cluster),
-                      "counts": counts}
-        return ExecutionFacts("ray", scheduling=scheduling, policy_calls=self.ctx.counts.to_json())
+        return ExecutionFacts("ray", scheduling=dataclasses.asdict(self.schedule),
+                              detail={**dataclasses.asdict(self.cluster), "counts": counts},
+                              policy_calls=self.ctx.counts.to_json())
 
     def describe(self) -> str:
         assert self.schedule is not None

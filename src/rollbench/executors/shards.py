@@ -43,6 +43,7 @@ from rollbench.results.eval_info import ExecutionFacts
 from rollbench.results.log import LogTail
 from rollbench.results.merge import Merged
 from rollbench.results.records import EpisodeRecord
+from rollbench.results.sink import Logged, RecordSink
 from rollbench.results.store import write_json_atomic
 from rollbench.scheduler.common import PolicyCalls, cpu_count
 
@@ -159,7 +160,8 @@ class Shard:
         return f"exit code {self.rc}"
 
 
-def tail(path: Path, n: int = TAIL_LINES) -> str:
+def indented_tail(path: Path, n: int = TAIL_LINES) -> str:
+    """The last `n` lines of a shard's log, indented for an error message (or why there are none)."""
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as err:
@@ -275,6 +277,9 @@ class LocalShardsExecutor(Executor):
             s.rc = s.proc.returncode
         yield from new(logtail.new_records())
 
+    def sink(self, run: Run) -> RecordSink:
+        return Logged()  # each child appended its records to its own log
+
     def stop(self) -> None:
         stop(self.shards)
 
@@ -283,19 +288,21 @@ class LocalShardsExecutor(Executor):
         return f"to resume, run the same command again: {resume_command(self.flags, self.cfg)}"
 
     def facts(self) -> ExecutionFacts:
-        """The launch, and what each child decided and counted (its `logs/shard-K.json`)."""
+        """The launch, and what each child decided and counted (its `logs/shard-K.json`):
+        `scheduling` is the children's Schedule when they all ran the same one (else null, and
+        each shard's is under `executor.shards`)."""
         assert self.cfg is not None
-        children = [read_shard_facts(self.cfg.output_dir, s.shard_id) for s in self.shards]
-        scheduling = {"executor": "launch-local", "shards": [
-            {"shard_id": s.shard_id, **((child or {}).get("scheduling") or {})} for s, child in zip(self.shards, children, strict=True)
-        ]} if self.shards else None
-        calls = PolicyCalls.total(*((child or {}).get("policy_calls") for child in children))
-        return ExecutionFacts("launch-local", scheduling=scheduling, policy_calls=calls, launch={
+        children = [read_shard_facts(self.cfg.output_dir, s.shard_id) or {} for s in self.shards]
+        schedules = [child.get("scheduling") for child in children]
+        same = schedules[0] if schedules and all(x is not None and x == schedules[0] for x in schedules) else None
+        calls = PolicyCalls.total(*(child.get("policy_calls") for child in children))
+        return ExecutionFacts("launch-local", scheduling=same, policy_calls=calls, detail={
             "num_shards": self.cfg.eval.num_shards,
             "mujoco_gl": self.gl,
             "shards": [
-                {"shard_id": s.shard_id, "returncode": s.rc, "log": str(s.log_path), "gpu": gpu.index if gpu else None}
-                for s, gpu in zip(self.shards, self.gpus, strict=False)
+                {"shard_id": s.shard_id, "returncode": s.rc, "log": str(s.log_path), "gpu": gpu.index if gpu else None,
+                 "scheduling": schedule}
+                for s, gpu, schedule in zip(self.shards, self.gpus, schedules, strict=False)
             ],
         })
 
@@ -313,7 +320,7 @@ class LocalShardsExecutor(Executor):
         rerun = [s for s in self.shards if short[s.shard_id]]
         problems = [
             f"shard {s.shard_id} failed ({s.describe_rc()}; {short[s.shard_id]} of its episodes missing or failed); "
-            f"last lines of {s.log_path}:\n{tail(s.log_path)}"
+            f"last lines of {s.log_path}:\n{indented_tail(s.log_path)}"
             for s in rerun
         ]
         problems += [
@@ -331,3 +338,53 @@ class LocalShardsExecutor(Executor):
     def close(self) -> None:
         for s in self.shards:
             s.log_fh.close()
+
+
+class ShardChild(Executor):
+    """One shard of a `--launch=local` launcher, run by the executor `inner` (the local one):
+    it logs its records as every run does (its sink is its own episode log) and does not
+    close the run: what it decided and counted goes to `logs/shard-K.json` (`hand_over`),
+    and its launcher closes once, with every child's facts."""
+
+    closes = False
+
+    def __init__(self, inner: Executor) -> None:
+        self.inner = inner
+
+    def share(self, cfg: RunConfig, plan: list[EpisodeUnit]) -> list[EpisodeUnit]:
+        return self.inner.share(cfg, plan)
+
+    def setup(self, cfg: RunConfig) -> None:
+        self.inner.setup(cfg)
+
+    def start(self, run: Run) -> None:
+        self.inner.start(run)
+
+    def execute(self, run: Run) -> Iterator[EpisodeRecord]:
+        return self.inner.execute(run)
+
+    def sink(self, run: Run) -> RecordSink:
+        return self.inner.sink(run)
+
+    def facts(self) -> ExecutionFacts:
+        return self.inner.facts()
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+    def stop(self) -> None:
+        self.inner.stop()
+
+    def resume_hint(self) -> str:
+        return self.inner.resume_hint()
+
+    def hand_over(self, run: Run, ran: int) -> None:
+        facts = self.inner.facts()
+        shard_id = run.cfg.eval.shard_id
+        write_shard_facts(run.output_dir, shard_id, {
+            "shard_id": shard_id, "ran": ran, "scheduling": facts.scheduling,
+            "policy_calls": facts.policy_calls, "startup": facts.startup, "tune": facts.tune,
+        })
+
+    def close(self) -> None:
+        self.inner.close()

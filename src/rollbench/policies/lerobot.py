@@ -181,6 +181,23 @@ def import_config_class(ptype: Any) -> None:
     getattr(policies, "__all__", None)  # a deferred package runs its __init__ now
 
 
+def _import_lerobot(conf: PolicyConfig, raw: Mapping[str, Any]) -> Any:
+    """Imports torch and the checkpoint type's config class, checks that torch sees
+    --policy.device, and returns the torch module."""
+    try:
+        import torch  # heavy, optional: torch (comes with lerobot); a missing one is a ConfigError here
+
+        import_config_class(raw.get("type"))
+        timeline.mark("lerobot_imported")
+    except ImportError as err:
+        raise ConfigError(f"--policy.type=lerobot needs lerobot and torch ({error_line(err)}); {INSTALL_HINT}") from None
+    if conf.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--policy.device={conf.device}: torch sees no CUDA device here")
+    if conf.device == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("--policy.device=mps: torch sees no MPS device here")
+    return torch
+
+
 def check_type(ckpt: Path, raw: Mapping[str, Any], expected: str | None) -> None:
     """The checkpoint's type is one LeRobot (or an installed plugin) knows, and the one
     `--policy.type=<a LeRobot type>` named, if it named one."""
@@ -358,17 +375,7 @@ class LeRobotPolicy(Policy):
         conf = ctx.config
         ckpt = check_checkpoint_dir(conf)
         raw = read_config(ckpt)
-        try:
-            import torch  # heavy, optional: torch (comes with lerobot); a missing one is a ConfigError here
-
-            import_config_class(raw.get("type"))
-            timeline.mark("lerobot_imported")
-        except ImportError as err:
-            raise ConfigError(f"--policy.type=lerobot needs lerobot and torch ({error_line(err)}); {INSTALL_HINT}") from None
-        if conf.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ConfigError(f"--policy.device={conf.device}: torch sees no CUDA device here")
-        if conf.device == "mps" and not torch.backends.mps.is_available():
-            raise ConfigError("--policy.device=mps: torch sees no MPS device here")
+        torch = _import_lerobot(conf, raw)
         check_type(ckpt, raw, conf.lerobot_type)
         self.cfg = load_config(ckpt, raw, conf.options, conf.device, conf.use_amp)
         self.owns_env_processors = self.cfg.type in OWNS_ENV_PROCESSORS
@@ -381,22 +388,8 @@ class LeRobotPolicy(Policy):
         self.name = str(ckpt)
         self.device = torch.device(self.cfg.device)
         self.use_amp = bool(conf.use_amp)
-        path = PATHS.get(self.cfg.type, "lockstep")
-        if path == "chunk" and getattr(self.cfg, "temporal_ensemble_coeff", None) is not None:
-            path = "ensemble"
-        if self.cfg.type in GREEDY and getattr(self.cfg, "temperature", None):
-            path = "lockstep"
         self.seeding = conf.seeding
-        if self.seeding == "lerobot-eval":
-            if ctx.seed is None:
-                raise ConfigError("--policy.seeding=lerobot-eval needs a run's --seed (rollbench eval); use episode here")
-            # lerobot-eval's order: `set_seed(--seed)` (random, numpy, torch), then the policy is built
-            # (its random init draws from torch's RNG before the weights replace it), then one
-            # `select_action` per step over each batch, batch after batch: lockstep only
-            path = "lockstep"
-            from lerobot.utils.random_utils import set_seed  # optional: lerobot
-
-            set_seed(ctx.seed)
+        path = self._choose_path(ctx.seed)
         self.path = path
         self.per_slot_state = path != "lockstep"  # type: ignore[misc]
         # env steps served per network call (`rollbench tune` amortises a call over them)
@@ -411,6 +404,26 @@ class LeRobotPolicy(Policy):
             target=self._load, args=(ckpt,), name="rollbench-policy-load", daemon=True
         )
         self._loader.start()
+
+    def _choose_path(self, seed: int | None) -> str:
+        """How episode state is kept (see `PATHS`): "chunk", "history", "ensemble" or "lockstep".
+        --policy.seeding=lerobot-eval runs in lockstep and seeds the RNGs here, from the run's `seed`."""
+        path = PATHS.get(self.cfg.type, "lockstep")
+        if path == "chunk" and getattr(self.cfg, "temporal_ensemble_coeff", None) is not None:
+            path = "ensemble"
+        if self.cfg.type in GREEDY and getattr(self.cfg, "temperature", None):
+            path = "lockstep"
+        if self.seeding == "lerobot-eval":
+            if seed is None:
+                raise ConfigError("--policy.seeding=lerobot-eval needs a run's --seed (rollbench eval); use episode here")
+            # lerobot-eval's order: `set_seed(--seed)` (random, numpy, torch), then the policy is built
+            # (its random init draws from torch's RNG before the weights replace it), then one
+            # `select_action` per step over each batch, batch after batch: lockstep only
+            path = "lockstep"
+            from lerobot.utils.random_utils import set_seed  # optional: lerobot
+
+            set_seed(seed)
+        return path
 
     def _load(self, ckpt: Path) -> None:
         try:
@@ -589,13 +602,7 @@ class LeRobotPolicy(Policy):
         if cfg.image_features:
             obs[OBS_IMAGES] = torch.stack([obs[k] for k in cfg.image_features], dim=-4)
         keys = [k for k in (OBS_STATE, OBS_IMAGES, OBS_ENV_STATE) if k in obs and k in self.policy._queues]
-        for i, s in enumerate(slots):
-            history = self._history.setdefault(s, {k: deque(maxlen=cfg.n_obs_steps) for k in keys})
-            for k in keys:
-                if history[k]:
-                    history[k].append(obs[k][i])
-                else:
-                    history[k].extend([obs[k][i]] * cfg.n_obs_steps)
+        self._add_to_history(obs, keys, slots)
         dry = [i for i, s in enumerate(slots) if not self._queues.get(s)]
         if dry:
             stacked = {k: torch.stack([torch.stack(list(self._history[slots[i]][k])) for i in dry]) for k in keys}
@@ -618,6 +625,18 @@ class LeRobotPolicy(Policy):
             for row, i in enumerate(dry):
                 self._queues[slots[i]] = deque(chunk[row])
         return torch.stack([self._queues[s].popleft() for s in slots])
+
+    def _add_to_history(self, obs: Mapping[str, Any], keys: Sequence[str], slots: Sequence[int]) -> None:
+        """Adds each row's observation (its `keys`) to its slot's history of the last `n_obs_steps`;
+        the first observation of an episode fills its history, as LeRobot's `populate_queues` does."""
+        n_obs_steps = self.cfg.n_obs_steps
+        for i, s in enumerate(slots):
+            history = self._history.setdefault(s, {k: deque(maxlen=n_obs_steps) for k in keys})
+            for k in keys:
+                if history[k]:
+                    history[k].append(obs[k][i])
+                else:
+                    history[k].extend([obs[k][i]] * n_obs_steps)
 
     def _act_ensemble(self, batch: Mapping[str, Any], slots: Sequence[int]) -> Any:
         import torch  # heavy, optional: torch (comes with lerobot)

@@ -18,7 +18,7 @@ variance clustered on the seed (Liang & Zeger 1986; Cameron & Miller 2015).
 
 A task an adaptive run stopped (--eval.ci_width, --eval.versus) is read as that run's
 eval_info.json holds it: the rule's rate and interval, and a variance under the rule at a
-shrunk rate (results/stopped.py), never the plug-in k/n(1-k/n)/n that is 0 at 0/n and n/n.
+shrunk rate (stopping/estimates.py), never the plug-in k/n(1-k/n)/n that is 0 at 0/n and n/n.
 
 Two sweeps (--eval.perturb) are compared as above on their controls, and then condition by
 condition (pairs: condition, task, episode), all tasks pooled, Holm across the conditions.
@@ -32,10 +32,11 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rollbench.report import conditions, stats
+from rollbench import stats
+from rollbench.report import conditions
 from rollbench.report.runs import Episode, LoadedRun, TaskKey
-from rollbench.results import stopped
-from rollbench.results.summary import Z95, wilson
+from rollbench.stats import Z95, wilson
+from rollbench.stopping import estimates as stopped
 
 POWER = 0.8
 
@@ -141,7 +142,7 @@ def _shrunk(k: int, n: int) -> float:
 
 def _rule_variance(run: LoadedRun, episodes: Sequence[Episode], stop: dict[str, Any]) -> float | None:
     """The variance, under --eval.ci_width, of the rule's unbiased rate of a task it stopped:
-    what results/stopped.py gave eval_info.json's overall (None: no such rule or not
+    what stopping/estimates.py gave eval_info.json's overall (None: no such rule or not
     reproducible here, e.g. --seeds' round robin)."""
     rule = run.info.get("adaptive")
     n_stop = stop.get("n_episodes")
@@ -290,34 +291,24 @@ class _Task:
     paired: stats.Paired | None
 
 
+#: a task's row before Holm: name, A's and B's rates, the paired table, B - A's interval, test, p
+_Draft = tuple[str, Rate, Rate, stats.Paired | None, tuple[float, float], str, float]
+
+
 def _compare(a: LoadedRun, b: LoadedRun, alpha: float, rule_aware: bool = True) -> Comparison:
     """`rule_aware`: read a stopped task's rate, interval and variance from eval_info.json
     (False for a sweep's other conditions, whose entries there are the control's)."""
     keys: list[TaskKey] = [k for k in a.tasks if k in b.tasks and a.tasks[k].n and b.tasks[k].n]
     if not keys:
         raise ValueError("no task with episodes in both runs")
-    drafts = []
-    tasks = []
+    drafts: list[_Draft] = []
+    tasks: list[_Task] = []
     entries = [_entries(run) if rule_aware else {} for run in (a, b)]
     for key in keys:
-        ta, tb = a.tasks[key], b.tasks[key]
-        ca, cb = _cell("A", a, key, entries[0].get(key)), _cell("B", b, key, entries[1].get(key))
-        ra, rb = (Rate(t.k, t.n, 100 * c.rate, _pct(t.ci95)) if c.own else Rate(t.k, t.n)
-                  for t, c in ((ta, ca), (tb, cb)))
-        paired = _pair(ta.episodes, tb.episodes)
-        tasks.append(_Task(ca, cb, paired))
-        if ca.own or cb.own:  # stopped by a rule: the rule's rates and variances, clustered on the seed
-            diff, var, g = _clustered([(-1.0, ca), (1.0, cb)], [(1.0, _plain_pair(paired, ca, cb))])
-            ci, p = _t_test(diff, var, g, alpha)
-            drafts.append((ta.name, ra, rb, paired, ci, "t, rule-aware rates", p))
-        else:
-            drafts.append((ta.name, ra, rb, paired, *_test(ra, rb, paired, alpha)))
-    adjusted = stats.holm([d[6] for d in drafts])
-    rows = []
-    for (name, ra, rb, paired, ci, test, p), p_adj in zip(drafts, adjusted, strict=True):
-        # Holm's strictest step is alpha / m: a task sized for it is decided whatever the others do
-        needed = None if p_adj < alpha else _needed(ra, rb, paired, alpha / len(drafts), 1)
-        rows.append(Row(name, ra, rb, paired, ci, test, p, p_adj, needed, alpha))
+        draft, task = _draft(a, b, key, entries, alpha)
+        drafts.append(draft)
+        tasks.append(task)
+    rows = _holm_rows(drafts, alpha)
     # tasks of different lengths (adaptive runs): pooling would weigh the long ones more
     unequal = len({r.a.n for r in rows} | {r.b.n for r in rows}) > 1
     adaptive = any(t.a.own or t.b.own for t in tasks)
@@ -336,6 +327,35 @@ def _compare(a: LoadedRun, b: LoadedRun, alpha: float, rule_aware: bool = True) 
         )
     _check(cmp, keys)
     return cmp
+
+
+def _draft(a: LoadedRun, b: LoadedRun, key: TaskKey, entries: list[dict[TaskKey, dict[str, Any]]],
+           alpha: float) -> tuple[_Draft, _Task]:
+    """One common task's row before Holm, and the task as the overall row needs it. `entries`:
+    A's and B's per_task entries of eval_info.json (empty: ignored)."""
+    ta, tb = a.tasks[key], b.tasks[key]
+    ca, cb = _cell("A", a, key, entries[0].get(key)), _cell("B", b, key, entries[1].get(key))
+    ra, rb = (Rate(t.k, t.n, 100 * c.rate, _pct(t.ci95)) if c.own else Rate(t.k, t.n)
+              for t, c in ((ta, ca), (tb, cb)))
+    paired = _pair(ta.episodes, tb.episodes)
+    task = _Task(ca, cb, paired)
+    if ca.own or cb.own:  # stopped by a rule: the rule's rates and variances, clustered on the seed
+        diff, var, g = _clustered([(-1.0, ca), (1.0, cb)], [(1.0, _plain_pair(paired, ca, cb))])
+        ci, p = _t_test(diff, var, g, alpha)
+        return (ta.name, ra, rb, paired, ci, "t, rule-aware rates", p), task
+    return (ta.name, ra, rb, paired, *_test(ra, rb, paired, alpha)), task
+
+
+def _holm_rows(drafts: list[_Draft], alpha: float) -> list[Row]:
+    """The tasks' rows, their p Holm-adjusted across the tasks, with the episodes an undecided
+    task would need."""
+    adjusted = stats.holm([d[6] for d in drafts])
+    rows = []
+    for (name, ra, rb, paired, ci, test, p), p_adj in zip(drafts, adjusted, strict=True):
+        # Holm's strictest step is alpha / m: a task sized for it is decided whatever the others do
+        needed = None if p_adj < alpha else _needed(ra, rb, paired, alpha / len(drafts), 1)
+        rows.append(Row(name, ra, rb, paired, ci, test, p, p_adj, needed, alpha))
+    return rows
 
 
 def _pct(ci: tuple[float, float] | None) -> tuple[float, float] | None:
@@ -517,16 +537,37 @@ def _span(seeds: list[int] | None) -> str:
 def _check(cmp: Comparison, keys: list[TaskKey]) -> None:
     """What makes A and B less comparable than they look: the warnings and notes."""
     a, b, warn = cmp.a, cmp.b, cmp.warnings
-    for side, run, other in (("A", a, b), ("B", b, a)):
+    _check_sides(cmp)
+    _check_settings(cmp)
+    longest = [max((e.n_steps for e in ep if not e.success and e.n_steps), default=None)
+               for ep in ([e for k in keys for e in run.tasks[k].episodes] for run in (a, b))]
+    if None not in longest and longest[0] != longest[1]:
+        warn.append(f"failed episodes last up to {longest[0]} steps in A and {longest[1]} in B: the step limits may differ")
+    counts = [(r.name, r.a.n, r.b.n) for r in cmp.tasks if r.a.n != r.b.n]
+    if counts:
+        name, na, nb = counts[0]
+        warn.append(f"episode counts differ on {len(counts)} of {len(cmp.tasks)} tasks (e.g. {name}: A {na}, B {nb})")
+    _check_seeds(cmp, keys)
+
+
+def _check_sides(cmp: Comparison) -> None:
+    """Warns, for each run, of its tasks the other lacks, of its failed or missing units, and of
+    missing package versions or config."""
+    for side, run, other in (("A", cmp.a, cmp.b), ("B", cmp.b, cmp.a)):
         only = [run.tasks[k].name for k in run.tasks if k not in other.tasks]
         if only:
-            warn.append(f"tasks only in {side}, left out: {', '.join(only)}")
+            cmp.warnings.append(f"tasks only in {side}, left out: {', '.join(only)}")
         failed = sum(t.n_failed for t in run.tasks.values())
         if run.info.get("status") == "partial" or failed:
-            warn.append(f"{side} is partial ({failed} failed units, {len(run.info.get('missing_units') or [])} missing): they are left out")
+            cmp.warnings.append(f"{side} is partial ({failed} failed units, {len(run.info.get('missing_units') or [])} missing): they are left out")
         if run.versions is None or run.config is None:
-            warn.append(f"{side} ({run.producer}) records no package versions or config: cannot check the benchmark "
-                        "version or the episode length against the other run")
+            cmp.warnings.append(f"{side} ({run.producer}) records no package versions or config: cannot check the benchmark "
+                                "version or the episode length against the other run")
+
+
+def _check_settings(cmp: Comparison) -> None:
+    """Warns when the runs' package versions or benchmark settings differ."""
+    a, b, warn = cmp.a, cmp.b, cmp.warnings
     if a.versions and b.versions:
         diffs = [f"{k} {a.versions[k]} (A) vs {b.versions[k]} (B)" for k in sorted(a.versions.keys() & b.versions.keys())
                  if a.versions[k] != b.versions[k]]
@@ -538,22 +579,20 @@ def _check(cmp: Comparison, keys: list[TaskKey]) -> None:
                  if k != "task" and env_a.get(k) != env_b.get(k)]
         if diffs:
             warn.append("benchmark settings differ (episode length, observations, ...): " + "; ".join(diffs))
-    longest = [max((e.n_steps for e in ep if not e.success and e.n_steps), default=None)
-               for ep in ([e for k in keys for e in run.tasks[k].episodes] for run in (a, b))]
-    if None not in longest and longest[0] != longest[1]:
-        warn.append(f"failed episodes last up to {longest[0]} steps in A and {longest[1]} in B: the step limits may differ")
-    counts = [(r.name, r.a.n, r.b.n) for r in cmp.tasks if r.a.n != r.b.n]
-    if counts:
-        name, na, nb = counts[0]
-        warn.append(f"episode counts differ on {len(counts)} of {len(cmp.tasks)} tasks (e.g. {name}: A {na}, B {nb})")
+
+
+def _check_seeds(cmp: Comparison, keys: list[TaskKey]) -> None:
+    """Warns when tasks compared unpaired ran different seeds, and notes each run that records
+    no seeds (its tasks are then compared unpaired)."""
+    a, b = cmp.a, cmp.b
     # a task a rule stopped is tested on its rule-aware rates, whatever the seeds (shared ones: clustered)
     unpaired = [(k, a.tasks[k].seeds, b.tasks[k].seeds) for k, r in zip(keys, cmp.tasks, strict=True)
                 if r.paired is None and not r.test.startswith("t,")]
     mismatched = [(k, sa, sb) for k, sa, sb in unpaired if sa is not None and sb is not None]
     if mismatched:
         k, sa, sb = mismatched[0]
-        warn.append(f"seeds differ on {len(mismatched)} of {len(keys)} tasks (e.g. {a.tasks[k].name}: A {_span(sa)}, "
-                    f"B {_span(sb)}): those are compared unpaired (Boschloo), which needs more episodes to see a difference")
+        cmp.warnings.append(f"seeds differ on {len(mismatched)} of {len(keys)} tasks (e.g. {a.tasks[k].name}: A {_span(sa)}, "
+                            f"B {_span(sb)}): those are compared unpaired (Boschloo), which needs more episodes to see a difference")
     for side, run in (("A", a), ("B", b)):
         if any(run.tasks[k].seeds is None for k in keys):
             cmp.notes.append(f"{side} records no seeds ({run.producer}): its tasks are compared unpaired. If it ran with "

@@ -6,8 +6,9 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from rollbench import stats
 from rollbench.errors import ConfigError, did_you_mean
-from rollbench.report import plots, stats
+from rollbench.report import plots
 from rollbench.report.compare import Comparison, Rate, Row, compare_runs
 from rollbench.report.html import esc, page, table, write_atomic
 from rollbench.report.runs import LoadedRun, command_line, load_run

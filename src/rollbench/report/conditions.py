@@ -14,9 +14,9 @@ from typing import Any
 
 from rollbench import perturb
 from rollbench.report.runs import Episode, LoadedRun, TaskKey, TaskResult, video_in_run
-from rollbench.results.adaptive import seed_major
 from rollbench.results.log import read_records
 from rollbench.results.records import EpisodeRecord
+from rollbench.stopping.adaptive import seed_major
 
 
 def condition_ids(run: LoadedRun) -> list[str] | None:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from rollbench.caches import keep_matplotlib_in_cache
-from rollbench.results.summary import wilson
+from rollbench.stats import wilson
 
 # before any matplotlib import (each chart imports it lazily): its font cache goes to rollbench's
 # cache folder, not ~/.cache/matplotlib

@@ -22,7 +22,7 @@ from rollbench.report import plots, robustness
 from rollbench.report.html import cards, esc, page, src, table, write_atomic
 from rollbench.report.runs import LoadedRun, command_line, load_run
 from rollbench.results.log import read_records
-from rollbench.results.summary import wilson
+from rollbench.stats import wilson
 from rollbench.writable import output_file
 
 REPORT = "report.html"
@@ -145,7 +145,7 @@ def _adaptive(run: LoadedRun) -> Iterator[str]:
     if "perturb_stop" in a:  # a sweep's conditions against its control: per_condition's stops tell
         return
     # lazy: adaptive runs only; every command's --help imports this module
-    from rollbench.results.adaptive import StopRule
+    from rollbench.stopping.adaptive import StopRule
 
     rule = StopRule(float(a["ci_width"]), int(a["block"]), int(a["max_episodes"]), int(a.get("seeds", 1)))
     stops = {(t["task_group"], t["task_id"]): t.get("stop") or {} for t in run.info.get("per_task") or []}

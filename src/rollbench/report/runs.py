@@ -39,7 +39,7 @@ class TaskResult:
     episodes: tuple[Episode, ...]
     n_failed: int  # units that crashed (not policy failures; not in the episodes)
     #: the run's own 95% interval (fractions) where it is not the Wilson interval of k of n:
-    #: a task stopped by --eval.ci_width reports the rule's exact one (results/stopped.py)
+    #: a task stopped by --eval.ci_width reports the rule's exact one (stopping/estimates.py)
     ci95: tuple[float, float] | None = None
 
     @property

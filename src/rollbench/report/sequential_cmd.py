@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rollbench.errors import ConfigError
-from rollbench.report import sequential
 from rollbench.report.runs import LoadedRun, TaskKey
+from rollbench.stopping import sequential
 
 HEADER = ("task", "pairs used", "A", "B", "B wins / discordant", "e-value", "B - A, points [anytime CS]", "decision")
 

@@ -32,18 +32,24 @@ import queue
 import re
 import shutil
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rollbench import quiet
+from rollbench import perturb, quiet
 from rollbench.config.eval import RecordRule
 from rollbench.errors import ConfigError, error_line
+from rollbench.plan import UnitKey
+from rollbench.results.merge import Merged
 from rollbench.results.records import EpisodeRecord
+
+if TYPE_CHECKING:
+    from rollbench.config.run import RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +127,24 @@ class _Discard(io.TextIOBase):
         return len(text)
 
 
+def _as_stored(frames: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Observations as a dataset stores them: one env's (a LeRobot vector env's batch axis of 1,
+    which the bridge's observations keep, dropped), camera frames uint8 H x W x C (LeRobot's
+    preprocessed images, float32 C x H x W in [0, 1] = pixel / 255, get their pixels back
+    exactly: rint(x * 255) inverts / 255 for every uint8 value)."""
+    out = dict(frames)
+    for key, values in frames.items():
+        if not key.startswith("observation."):
+            continue
+        if values.ndim >= 3 and values.shape[1] == 1:
+            values = values[:, 0]
+        if (key.startswith("observation.image") and np.issubdtype(values.dtype, np.floating) and values.ndim == 4
+                and values.shape[1] in (1, 3, 4) and values.size and values.min() >= 0.0 and values.max() <= 1.0):
+            values = np.rint(np.moveaxis(values, 1, -1) * 255.0).astype(np.uint8)
+        out[key] = values
+    return out
+
+
 def _features(frames: Mapping[str, np.ndarray], sweep: bool) -> dict[str, dict[str, Any]]:
     """LeRobot dataset features of one episode's frames: images (uint8 H x W x 3) as video,
     the rest float32 (booleans bool), scalars as shape (1,); a sweep's frames also name their
@@ -149,7 +173,7 @@ _NUMPY = {"float32": np.float32, "int64": np.int64, "bool": np.bool_}
 def write_part(output_dir: Path, rec: EpisodeRecord, fps: int, task: str, repo_id: str, sweep: bool = False) -> Path:
     """Write one finished episode as a finalized LeRobot dataset of its own; its path. `task`:
     the instruction the episode was given; `sweep`: its frames name its condition."""
-    frames: Mapping[str, np.ndarray] = rec.frames
+    frames = _as_stored(rec.frames)
     final = part_path(output_dir, rec)
     tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}-{threading.get_ident()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -395,3 +419,70 @@ def push(output_dir: Path, root: Path, repo_id: str, private: bool) -> str | Non
         return (f"--eval.recording_repo_id={repo_id}: the push to the hub failed ({error_line(err)}); the dataset is "
                 f"saved in {root}; push it with: hf upload --repo-type=dataset {repo_id} {root}")
     return None
+
+
+# --- a run's recording, from its config: what the lifecycle and the close call -------------
+
+
+def instruction_of(cfg: RunConfig) -> Callable[[EpisodeRecord], str]:
+    """A recorded episode's `task`: the instruction its policy was given (under language.drop
+    or language.paraphrase, the condition's)."""
+
+    @functools.cache
+    def given(task: str, cid: str) -> str:
+        return perturb.given_instruction(cid, cfg.eval.paraphrases, task, cfg.env.task_description(task))
+
+    return lambda rec: given(rec.task, rec.condition)
+
+
+def part_writer(cfg: RunConfig, output_dir: Path) -> PartWriter | None:
+    """--eval.recording: the thread that writes each kept episode's frames before it is logged."""
+    if cfg.eval.record_mode is None:
+        return None
+    repo_id = dataset_repo_id(output_dir, cfg.eval.recording_repo_id)
+    return PartWriter(output_dir, cfg.env.fps, repo_id, instruction_of(cfg), cfg.eval.is_sweep)
+
+
+def done_with_frames(cfg: RunConfig, output_dir: Path, merged: Merged, finished: set[UnitKey],
+                     still_to_do: Callable[[frozenset[UnitKey]], list[Any]]) -> frozenset[UnitKey]:
+    """Of the finished units, those a resumed recording run need not run again: an episode
+    logged without its frames (a run resumed with --eval.recording added) runs again; a
+    finished run's episodes are in its dataset (their parts removed), which is kept if
+    nothing more runs, else joined anew: then they run again for their frames."""
+    recording = cfg.eval.record_mode
+    if recording is None:
+        return frozenset(finished)
+    sweep_parts(output_dir)  # half-written by a killed run; their episodes were not logged
+    in_dataset = joined(output_dir)
+
+    def recorded(key: UnitKey, dataset_counts: bool) -> bool:
+        rec = merged.records[key]
+        part = part_path(output_dir, rec)
+        return not keeps(recording, rec) or part.is_dir() or (dataset_counts and part.name in in_dataset)
+
+    done = frozenset(k for k in finished if recorded(k, True))
+    if still_to_do(done) and in_dataset:
+        done = frozenset(k for k in finished if recorded(k, False))
+    return done
+
+
+def join(cfg: RunConfig, output_dir: Path, counted: Merged, finished: bool) -> dict[str, Any]:
+    """eval_info.json's `dataset`: the recorded episodes that count, in plan order, as one
+    LeRobot dataset; a finished run's parts are removed once joined (the dataset holds their
+    frames)."""
+    recording = cfg.eval.record_mode
+    assert recording is not None
+    kept = [counted.records[u.key] for u in counted.plan
+            if u.key in counted.records and keeps(recording, counted.records[u.key])]
+    root = dataset_root(output_dir, cfg.eval.recording_root)
+    repo_id = dataset_repo_id(output_dir, cfg.eval.recording_repo_id)
+    t0 = time.monotonic()
+    n = merge_parts(output_dir, kept, root, repo_id, instruction_of(cfg))
+    log.info("dataset: %d episodes joined into %s in %.1f s", n, root, time.monotonic() - t0)
+    if finished and n:
+        freed = remove_joined_parts(output_dir, kept, root)
+        log.debug("dataset: removed the %d joined parts (%.1f MB)", n, freed / 1e6)
+    out: dict[str, Any] = {"root": str(root), "repo_id": repo_id, "episodes": n, "record": cfg.eval.record}
+    if cfg.eval.is_sweep:  # a sweep's: which conditions, and where each episode's is said
+        out.update(record_conditions=cfg.eval.record_conditions, episodes_file=f"meta/{EPISODES}")
+    return out

@@ -10,7 +10,6 @@ a rerun resumes after them.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -37,10 +36,6 @@ def writer_process(log_path: Path) -> tuple[bool, int | None]:
     """Of an episode log `<writer_name>.jsonl`: whether its writer ran on this machine, and its pid."""
     where, _, pid = log_path.stem.partition("-")[2].rpartition("-")
     return where == _host(), int(pid) if pid.isdigit() else None
-
-
-#: errno values that mean "the disk (or the user's quota on it) is full"
-DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def _write(fd: int, data: bytes | memoryview) -> int:
@@ -91,7 +86,7 @@ class EpisodeLog:
                 self._append_durably(b"\n")
 
     def append(self, record: EpisodeRecord) -> None:
-        """Write `record` and fsync it; on failure (OSError, e.g. ENOSPC: see `DISK_FULL`)
+        """Write `record` and fsync it; on failure (OSError, e.g. ENOSPC: see `errors.is_disk_full`)
         the file is left as it was before the call and the error, naming it, is raised."""
         self._append_durably((json.dumps(record.to_json(), allow_nan=False) + "\n").encode("utf-8"))
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rollbench.plan import EpisodeUnit, UnitKey
+from rollbench.results.log import read_records
 from rollbench.results.records import EpisodeRecord
 
 
@@ -55,3 +57,9 @@ def merge(records: Iterable[EpisodeRecord], plan: Sequence[EpisodeUnit]) -> Merg
         else:
             out.conflicts.append((have, rec))
     return out
+
+
+def read_merged(root: Path, plan: Sequence[EpisodeUnit], recursive: bool = False) -> Merged:
+    """Every episode log under `root` (`recursive`: in its subfolders too, a merge of shard
+    directories) merged against `plan`: the one way the logs are read back."""
+    return merge(read_records(root, recursive=recursive), plan)

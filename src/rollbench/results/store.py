@@ -33,7 +33,7 @@ def is_running(output_dir: Path) -> bool:
     episode log (`episodes/shard<i>of<n>-<host>-<pid>.jsonl`) wrote in the last `QUIET_S`
     and, on this machine, its process is alive; or, before any log exists, its run.json is
     younger than `STARTING_S`. A wrong "yes" costs a wait of at most `QUIET_S`; a wrong "no"
-    only lets a comparison's run go ahead of it (`report/versus.py`)."""
+    only lets a comparison's run go ahead of it (`stopping/versus.py`)."""
     if (output_dir / owners.OWNERS_DIR).is_dir():  # its writers hold locks: ask them
         return owners.any_live(output_dir)
     now = time.time()

@@ -21,25 +21,11 @@ from typing import Any
 from rollbench.plan import EpisodeUnit
 from rollbench.results.merge import Merged
 from rollbench.results.records import EpisodeRecord
+from rollbench.stats import wilson
 
-Z95 = 1.959963984540054
 #: what LeRobot main (after 0.6.1, #4628) adds to each `per_task` entry; `per_group` and `overall`
 #: carry them too, in `aggregate`'s order (LeRobot's: `n_success` and `pc_success_ci95` after `n_episodes`)
 LEROBOT_TASK_KEYS = ("n_episodes", "n_success", "pc_success", "pc_success_ci95")
-
-
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float] | None:
-    """Wilson score interval for k successes in n trials, as fractions."""
-    if n == 0:
-        return None
-    p = k / n
-    denom = 1 + z * z / n
-    center = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    # at k = 0 (k = n) the bound is exactly 0 (1); rounding would leave it a hair inside
-    lo = 0.0 if k == 0 else max(0.0, center - half)
-    hi = 1.0 if k == n else min(1.0, center + half)
-    return lo, hi
 
 
 def _mean(xs: Sequence[float]) -> float | None:
@@ -89,10 +75,6 @@ def summarize(merged: Merged, descriptions: dict[str, str] | None = None, root: 
     that exist under `root`: a video whose writer was killed before it finished is absent.
     """
     descriptions = descriptions or {}
-
-    def videos(recs: Sequence[EpisodeRecord]) -> list[str]:
-        return [r.video_path for r in recs if r.video_path and (root is None or (root / r.video_path).is_file())]
-
     by_task: dict[tuple[str, int], list[EpisodeUnit]] = defaultdict(list)
     for unit in merged.plan:
         by_task[(unit.task_group, unit.task_id)].append(unit)
@@ -100,41 +82,52 @@ def summarize(merged: Merged, descriptions: dict[str, str] | None = None, root: 
     per_task = []
     group_records: dict[str, list[EpisodeRecord]] = defaultdict(list)
     group_failed: dict[str, int] = defaultdict(int)
-    for (group, task_id), units in by_task.items():
+    for (group, _), units in by_task.items():
         recs = [merged.records[u.key] for u in units if u.key in merged.records]
         ok = [r for r in recs if r.ok]
         failed = [r for r in recs if not r.ok]
         group_records[group].extend(ok)
         group_failed[group] += len(failed)
-        summary = aggregate(ok, len(failed))
-        per_task.append(
-            {
-                "task_group": group,
-                "task_id": task_id,
-                "task": units[0].task,
-                "description": descriptions.get(units[0].task, units[0].task),
-                # LeRobot main's per-task counts and interval (#4628), at the top of the entry
-                **{key: summary[key] for key in LEROBOT_TASK_KEYS},
-                "metrics": {
-                    "sum_rewards": [r.sum_reward for r in ok],
-                    "max_rewards": [r.max_reward for r in ok],
-                    "successes": [r.success for r in ok],
-                    "video_paths": videos(ok),
-                    "seeds": [r.seed for r in ok],
-                    "episode_ix": [r.episode_index for r in ok],
-                    "n_steps": [r.n_steps for r in ok],
-                },
-                "summary": summary,
-                "failed": [{"episode_index": r.episode_index, "seed": r.seed, "error": r.error} for r in failed],
-            }
-        )
+        per_task.append(_task_entry(units[0], descriptions.get(units[0].task, units[0].task), ok, failed, root))
     per_group = {
-        g: {**aggregate(recs, group_failed[g]), "video_paths": videos(recs)} for g, recs in group_records.items()
+        g: {**aggregate(recs, group_failed[g]), "video_paths": _videos(recs, root)} for g, recs in group_records.items()
     }
     all_ok = [r for recs in group_records.values() for r in recs]
-    overall = {**aggregate(all_ok, len(merged.failed)), **timing(merged), "video_paths": videos(all_ok)}
+    overall = {**aggregate(all_ok, len(merged.failed)), **timing(merged), "video_paths": _videos(all_ok, root)}
     facts = run_facts(merged)
     return {"status": facts.pop("status"), "per_task": per_task, "per_group": per_group, "overall": overall, **facts}
+
+
+def _videos(recs: Sequence[EpisodeRecord], root: Path | None) -> list[str]:
+    """The video paths of `recs` (relative to the output dir) whose files exist under `root`
+    (every one of them without a `root`)."""
+    return [r.video_path for r in recs if r.video_path and (root is None or (root / r.video_path).is_file())]
+
+
+def _task_entry(unit: EpisodeUnit, description: str, ok: list[EpisodeRecord], failed: list[EpisodeRecord],
+                root: Path | None) -> dict[str, Any]:
+    """The `per_task` entry of `unit`'s task: its finished episodes' (`ok`) counts, rates and
+    metrics, and the units that `failed`."""
+    summary = aggregate(ok, len(failed))
+    return {
+        "task_group": unit.task_group,
+        "task_id": unit.task_id,
+        "task": unit.task,
+        "description": description,
+        # LeRobot main's per-task counts and interval (#4628), at the top of the entry
+        **{key: summary[key] for key in LEROBOT_TASK_KEYS},
+        "metrics": {
+            "sum_rewards": [r.sum_reward for r in ok],
+            "max_rewards": [r.max_reward for r in ok],
+            "successes": [r.success for r in ok],
+            "video_paths": _videos(ok, root),
+            "seeds": [r.seed for r in ok],
+            "episode_ix": [r.episode_index for r in ok],
+            "n_steps": [r.n_steps for r in ok],
+        },
+        "summary": summary,
+        "failed": [{"episode_index": r.episode_index, "seed": r.seed, "error": r.error} for r in failed],
+    }
 
 
 def timing(merged: Merged) -> dict[str, float]:
@@ -178,18 +171,9 @@ def seed_results(body: dict[str, Any], merged: Merged, seeds: Sequence[int], n_e
     for rec in merged.records.values():
         if rec.ok:
             ok_by_task[(rec.task_group, rec.task_id)].append(rec)
-
-    def blocks(recs: Sequence[EpisodeRecord]) -> list[dict[str, Any]]:
-        out = []
-        for j, seed in enumerate(seeds):
-            mine = [r for r in recs if r.episode_index // n_episodes == j]
-            agg = aggregate(mine)
-            out.append({"seed": seed, **{k: agg[k] for k in ("pc_success", "n_episodes", "n_success", "pc_success_ci95")}})
-        return out
-
     for entry in body["per_task"]:
-        entry["per_seed"] = blocks(ok_by_task[(entry["task_group"], entry["task_id"])])
-    overall = blocks([r for recs in ok_by_task.values() for r in recs])
+        entry["per_seed"] = _seed_blocks(ok_by_task[(entry["task_group"], entry["task_id"])], seeds, n_episodes)
+    overall = _seed_blocks([r for recs in ok_by_task.values() for r in recs], seeds, n_episodes)
     rates = [b["pc_success"] for b in overall if b["pc_success"] is not None]
     mean = sum(rates) / len(rates) if rates else None
     std = math.sqrt(sum((x - mean) ** 2 for x in rates) / (len(rates) - 1)) if mean is not None and len(rates) > 1 else None
@@ -210,6 +194,17 @@ def seed_results(body: dict[str, Any], merged: Merged, seeds: Sequence[int], n_e
         # the spread of the seed blocks, shown as what it is, beside what noise alone gives
         "pc_success_mean": mean, "pc_success_std": std, "pc_success_std_from_noise": noise,
     }
+
+
+def _seed_blocks(recs: Sequence[EpisodeRecord], seeds: Sequence[int], n_episodes: int) -> list[dict[str, Any]]:
+    """Each seed's block of `recs` (seed j's: episodes j * n_episodes ..): its rate, counts and
+    Wilson interval."""
+    out = []
+    for j, seed in enumerate(seeds):
+        mine = [r for r in recs if r.episode_index // n_episodes == j]
+        agg = aggregate(mine)
+        out.append({"seed": seed, **{k: agg[k] for k in ("pc_success", "n_episodes", "n_success", "pc_success_ci95")}})
+    return out
 
 
 def _block_noise(per_task: Sequence[dict[str, Any]], n_seeds: int) -> float | None:
@@ -237,32 +232,47 @@ def table(info: dict[str, Any]) -> str:
     head = ("task", "episodes", "success %", "95% CI", "mean length", "failed")
     rows: list[tuple[str, ...]] = [(*head, "stop") if adaptive else head]
     kinds: set[str] = set()
-
-    def row(name: str, s: dict[str, Any], point: tuple[float | None, str], stop: dict[str, Any] | None = None) -> tuple[str, ...]:
-        ci = s["pc_success_ci95"]
-        length = s["avg_episode_length"]
-        cells = (
-            name,
-            str(s["n_episodes"]),
-            _fmt_pct(point[0]),
-            "-" if ci is None else f"[{ci[0]:.1f}, {ci[1]:.1f}]",
-            "-" if length is None else f"{length:.1f}",
-            str(s["n_failed"]),
-        )
-        return (*cells, _stop_cell(stop)) if adaptive else cells
-
     groups = {t["task_group"] for t in info["per_task"]}
     for t in info["per_task"]:
         name = t["task"] if len(groups) == 1 or t["task"] == t["task_group"] else f"{t['task_group']}/{t['task']}"
         point = task_point(t)
         kinds.add(point[1])
-        rows.append(row(name, t["summary"], point, t.get("stop") or {}))
+        rows.append(_table_row(adaptive, name, t["summary"], point, t.get("stop") or {}))
     if len(info["per_task"]) > 1:
         # a group row only says something new when some group holds several tasks
         if len(groups) > 1 and len(groups) < len(info["per_task"]):
             for g, s in info["per_group"].items():
-                rows.append(row(f"[{g}]", s, _inside(s["pc_success"], s["pc_success_ci95"], "mean")))
-        rows.append(row("overall", info["overall"], _inside(info["overall"]["pc_success"], info["overall"]["pc_success_ci95"], "mean")))
+                rows.append(_table_row(adaptive, f"[{g}]", s, _inside(s["pc_success"], s["pc_success_ci95"], "mean")))
+        rows.append(_table_row(adaptive, "overall", info["overall"],
+                               _inside(info["overall"]["pc_success"], info["overall"]["pc_success_ci95"], "mean")))
+    lines = _aligned(rows)
+    if adaptive:
+        lines += ["", *adaptive_notes(info, kinds)]
+    if "per_seed" in info:
+        lines += ["", seed_line(info)]
+    return "\n".join(lines)
+
+
+def _table_row(adaptive: bool, name: str, s: dict[str, Any], point: tuple[float | None, str],
+               stop: dict[str, Any] | None = None) -> tuple[str, ...]:
+    """The table's cells for the summary `s` shown as `point`; an adaptive run's row adds the
+    stop (`stop` None: a group's or the overall row)."""
+    ci = s["pc_success_ci95"]
+    length = s["avg_episode_length"]
+    cells = (
+        name,
+        str(s["n_episodes"]),
+        _fmt_pct(point[0]),
+        "-" if ci is None else f"[{ci[0]:.1f}, {ci[1]:.1f}]",
+        "-" if length is None else f"{length:.1f}",
+        str(s["n_failed"]),
+    )
+    return (*cells, _stop_cell(stop)) if adaptive else cells
+
+
+def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
+    """The table's lines: its columns aligned, a rule under the head and one above the overall
+    row (when there are rows above it)."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for r in rows:
@@ -270,11 +280,7 @@ def table(info: dict[str, Any]) -> str:
     lines.insert(1, "-" * len(lines[0]))
     if len(rows) > 2 and rows[-1][0] == "overall":
         lines.insert(len(lines) - 1, "-" * len(lines[0]))
-    if adaptive:
-        lines += ["", *adaptive_notes(info, kinds)]
-    if "per_seed" in info:
-        lines += ["", seed_line(info)]
-    return "\n".join(lines)
+    return lines
 
 
 def _inside(value: float | None, ci: Sequence[float] | None, kind: str) -> tuple[float | None, str]:

@@ -30,12 +30,12 @@ import numpy as np
 
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
-from rollbench.results.adaptive import Stops
 from rollbench.results.records import EpisodeRecord
 from rollbench.scheduler.common import HELD_POLL_S, PolicyWatch, StepContext, act_surviving
 from rollbench.scheduler.pool import PoolOptions, Transport, WorkerHandle, WorkerPool, flat_layout, retry_or_fail
 from rollbench.scheduler.shm import stack_any
 from rollbench.scheduler.worker import Report, SlotError
+from rollbench.stopping.adaptive import Stops
 
 __all__ = ["ContinuousScheduler", "PoolOptions", "UnitQueue", "run_continuous"]
 

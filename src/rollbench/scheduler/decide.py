@@ -128,12 +128,19 @@ def decide_placement(cfg: RunConfig, policy: Any) -> str:
 
 @dataclass(frozen=True)
 class Cluster:
-    """A Ray cluster as `decide` sees it (`--executor=ray`): the actors that fit on it, each
-    an env worker (with its own policy, or the driver's under driver placement),
-    `cpus_per_actor` cores apiece."""
+    """A fixed set of env workers that an executor starts elsewhere, as `decide` sees it: Ray's
+    actors (`--executor=ray`), or a plugin transport's workers. `actors` of them fit,
+    `cpus_per_actor` cores apiece, each with its own policy (or only envs, for the driver's,
+    under driver placement). What the user asked of them comes with it, named by the flags
+    that asked (Ray's: `--ray.actors`, `--ray.slots_per_actor`, `--ray.queue_per_slot`; a
+    plugin's: `--workers`, `--slots_per_worker`), so `decide` reads no executor's flags."""
 
     actors: int
     cpus_per_actor: float
+    slots_per_actor: int | None = None  # asked for; None: from the benchmark's step cost
+    queue_per_slot: int = 1  # units queued behind each slot's running one
+    actors_flag: str | None = None  # the flag that asked for `actors` (e.g. "--ray.actors=8"), if one did
+    slots_flag: str = "--slots_per_worker"  # the flag that sets `slots_per_actor`
 
 
 class Recommended(Protocol):
@@ -190,7 +197,7 @@ def decide(cfg: RunConfig, policy: Any, n_units: int, rec: Recommended | None = 
     gl_backend = choose_backend(cfg.render_device, gpus)
     threads = _user_threads() or 1
     mode = decide_mode(cfg, policy)
-    if cluster is not None:
+    if cluster is not None:  # workers the executor starts elsewhere
         return _on_cluster(cfg, policy, n_units, mode, gl_backend, cluster)
     if mode == "lockstep":
         envs = cfg.eval.envs_per_batch
@@ -248,7 +255,7 @@ def _fewer(asked: str | None, requested: int, workers: int, because: str, what: 
 def check_cluster_mode(cfg: RunConfig, mode: str) -> None:
     if mode != "continuous":
         raise ConfigError(
-            f"--executor=ray runs continuous batching; policy {cfg.policy.type!r} keeps no per-slot state "
+            f"--executor={cfg.executor} runs continuous batching; policy {cfg.policy.type!r} keeps no per-slot state "
             f"(lockstep mode): use --executor=local"
         )
 
@@ -260,18 +267,17 @@ def _on_cluster(cfg: RunConfig, policy: Any, n_units: int, mode: str, gl_backend
     here, envs on CPU nodes), whose observations come pickled."""
     check_cluster_mode(cfg, mode)
     if cfg.policy.placement == "driver":
-        slots = cfg.ray.slots_per_actor or default_slots(cfg.env.step_cost_ms, "driver", cluster.actors)
+        slots = cluster.slots_per_actor or default_slots(cfg.env.step_cost_ms, "driver", cluster.actors)
         placement = "driver"
     else:
         cheap = decide_placement(cfg, policy) == "worker"
-        slots = cfg.ray.slots_per_actor or (1 if cheap else default_slots(cfg.env.step_cost_ms, "driver", 1))
+        slots = cluster.slots_per_actor or (1 if cheap else default_slots(cfg.env.step_cost_ms, "driver", 1))
         placement = "worker"
     workers = max(1, min(cluster.actors, math.ceil(max(1, n_units) / slots)))
     reason = None
     if workers < cluster.actors:
-        because = f"the {n_units} episodes to run fit in {workers} x {slots} slots (--ray.slots_per_actor={slots})"
-        asked = f"--ray.actors={cfg.ray.actors}" if cfg.ray.actors is not None else None
-        reason = _fewer(asked, cluster.actors, workers, because, "actors")
+        because = f"the {n_units} episodes to run fit in {workers} x {slots} slots ({cluster.slots_flag}={slots})"
+        reason = _fewer(cluster.actors_flag, cluster.actors, workers, because, "actors")
     return Schedule("continuous", placement, workers, slots, None, cfg.policy.max_batch_size if placement == "driver" else None,
                     False, gl_backend, worker_threads=max(1, int(cluster.cpus_per_actor)),
-                    queue_per_slot=cfg.ray.queue_per_slot, workers_reason=reason)
+                    queue_per_slot=cluster.queue_per_slot, workers_reason=reason)

@@ -38,7 +38,6 @@ from rollbench.errors import EpisodesLost, WorkerError, error_line
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
 from rollbench.rendering import gl_failure_hint
-from rollbench.results.adaptive import Stops
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.video import VideoRecorder
 from rollbench.rollout import EpisodeTracker, VideoPlan, grab_frame, split_vector_info
@@ -46,6 +45,7 @@ from rollbench.scheduler.common import HELD_POLL_S, PolicyWatch, StepContext, ta
 from rollbench.scheduler.pool import PoolOptions, WorkerHandle, WorkerPool, flat_layout, retry_or_fail
 from rollbench.scheduler.shm import stack_any
 from rollbench.scheduler.worker import SlotError
+from rollbench.stopping.adaptive import Stops
 
 
 @dataclass(frozen=True)

@@ -189,7 +189,8 @@ def retry_or_fail(
         yield EpisodeRecord.failed(unit, error, worker, attempt, 0.0)
 
 
-def tail(path: Path, n: int = STDERR_TAIL_LINES) -> str:
+def last_lines(path: Path, n: int = STDERR_TAIL_LINES) -> str:
+    """The last `n` lines of a worker's log, or "" when it cannot be read."""
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
@@ -270,7 +271,7 @@ class ProcessLink:
             how = f"exited with code {code}"
         else:
             how = "stopped answering"
-        return how, tail(self.log_path)
+        return how, last_lines(self.log_path)
 
 
 class Processes:

@@ -389,22 +389,7 @@ class PolicyServer:
             return
         slots = [items[i].session.slot for i in rows]
         try:
-            if self.tainted is not None:
-                raise PolicyError(self.tainted)
-            batch: dict[str, Any] = {k: np.stack([items[i].obs[k] for i in rows]) for k in items[rows[0]].obs}
-            batch["task"] = [items[i].description for i in rows]
-            if self.watch is None:
-                self.watch = WeightWatch(torch_modules(self.policy))
-            actions = check_actions(self.policy.act(batch, slots), len(rows), self.action_space, self.name)
-            changed = self.watch.changed() if len(self.watch) else 0
-            if changed:
-                self.tainted = (
-                    f"policy {self.name} changed {changed} of its {len(self.watch)} parameter tensors since its first "
-                    f"call (it trains at test time): each answer would depend on every request before it, from any "
-                    f"client; serve it with --policy.fresh_weights=true to give every episode its own copy of the weights"
-                )
-                log.error("%s", self.tainted)
-                raise PolicyError(self.tainted)
+            actions = self._act(items, rows, slots)
             for n, i in enumerate(rows):
                 results[i] = actions[n]
         except Exception as err:
@@ -418,6 +403,28 @@ class PolicyServer:
             self.stats.rows += len(rows)
             self.stats.call_ms.append(ms)
         log.debug("policy call: %d rows in %.2f ms", len(rows), ms)
+
+    def _act(self, items: list[Pending], rows: list[int], slots: list[int]) -> np.ndarray:
+        """The policy's checked actions for the requests `rows` of `items` (in `slots`); a
+        PolicyError when the policy has changed its weights since its first call (it trains at
+        test time), found in this call or before."""
+        if self.tainted is not None:
+            raise PolicyError(self.tainted)
+        batch: dict[str, Any] = {k: np.stack([items[i].obs[k] for i in rows]) for k in items[rows[0]].obs}
+        batch["task"] = [items[i].description for i in rows]
+        if self.watch is None:
+            self.watch = WeightWatch(torch_modules(self.policy))
+        actions = check_actions(self.policy.act(batch, slots), len(rows), self.action_space, self.name)
+        changed = self.watch.changed() if len(self.watch) else 0
+        if changed:
+            self.tainted = (
+                f"policy {self.name} changed {changed} of its {len(self.watch)} parameter tensors since its first "
+                f"call (it trains at test time): each answer would depend on every request before it, from any "
+                f"client; serve it with --policy.fresh_weights=true to give every episode its own copy of the weights"
+            )
+            log.error("%s", self.tainted)
+            raise PolicyError(self.tainted)
+        return actions
 
     def _reset(self, sessions: list[Session]) -> None:
         """Start the sessions' new episodes: one call, or one per session when it fails, so

@@ -20,18 +20,28 @@ import logging
 import shlex
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rollbench.config.codec import to_argv
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError
-from rollbench.plan import plan_for, shard
+from rollbench.plan import EpisodeUnit, plan_for, shard
 from rollbench.policies.base import Policy
 from rollbench.rendering import check_user_backend, choose_backend, osmesa_loadable, user_backend
 from rollbench.scheduler.common import StepContext, cpu_count
 from rollbench.scheduler.shm import obs_layout
-from rollbench.tune.figures import SCHEMA, EnvProbe, PolicyProbe, Probe, RunShape, estimated, measured
+from rollbench.tune.figures import (
+    SCHEMA,
+    EnvProbe,
+    MachineProbe,
+    PolicyProbe,
+    Probe,
+    RunShape,
+    estimated,
+    measured,
+)
 from rollbench.tune.model import Recommendation, recommend
 
 __all__ = ["Probe", "Recommendation", "eval_command", "load", "measure", "prediction", "recommend", "report", "save"]
@@ -63,11 +73,7 @@ def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, r
     started = time.monotonic()
     budget = cfg.tune.budget_s if budget_s is None else budget_s
     machine = p.probe_machine()
-    cfg.env.check_available()
-    check_user_backend(cfg.env, cfg.eval.max_episodes_rendered)
-    units = shard(plan_for(cfg), cfg.eval.shard_id, cfg.eval.num_shards)
-    if not units:
-        raise ConfigError(f"--eval.shard_id={cfg.eval.shard_id}: this shard has no episodes to run")
+    units = _units_to_probe(cfg)
     if policy is None:
         rss_before = p.rss_now()
         t0 = time.perf_counter()
@@ -75,34 +81,12 @@ def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, r
         load_s = time.perf_counter() - t0
         started = time.monotonic()  # the budget is for measuring; loading is the policy's own cost
     placement = decide_placement(cfg, policy)
-    # the backend the run would use (the run decides its own, once, after the recommendation);
-    # on a CPU machine with no choice made by the user, the other one is timed too
-    backend = choose_backend(cfg.render_device)
-    renders = cfg.env.renders_obs or cfg.eval.max_episodes_rendered > 0
-    other = None
-    if renders and cfg.render_device == "auto" and not machine.gpus and user_backend() is None:
-        other = "egl" if backend == "osmesa" else ("osmesa" if osmesa_loadable() else None)
+    backend, other = _render_backends(cfg, machine)
     with_policy = placement == "worker"
     env_share = 0.55 if not with_policy else 0.8  # the rest times the policy in this process
     shape = run_shape(cfg, len(units))
-    per_slot_state = bool(getattr(policy, "per_slot_state", True))
-
-    def window_budget(warm: EnvProbe, spent: float) -> float:
-        left = budget * env_share - spent
-        if wall_share is None:
-            return left
-        # the warm-up's figures predict the run; the windows get their share of it
-        pol = PolicyProbe(type=cfg.policy.type, device=cfg.policy.device, placement=placement,
-                          per_slot_state=per_slot_state, load_s=estimated(load_s, "built before the probe"),
-                          param_bytes=estimated(0.0, "not yet"), rss_bytes=estimated(0.0, "not yet"),
-                          steps_per_inference=estimated(1.0, "not yet"))
-        wall = recommend(Probe(machine=machine, env=warm, policy=pol, run=shape)).predicted_wall_s
-        # a policy in the driver is timed after the env, out of the same share
-        of_share = 1.0 if with_policy else env_share
-        allowed = min(left, wall_share * wall * of_share - (time.monotonic() - started))
-        log.debug("tune: the warm-up predicts a wall of %.1f s; %.1f s spent so far", wall, time.monotonic() - started)
-        return allowed
-
+    unmeasured = _unmeasured_policy(cfg, placement, bool(getattr(policy, "per_slot_state", True)), load_s)
+    window_budget = _window_budget(machine, unmeasured, shape, budget, env_share, wall_share, started)
     # the parallel measurement runs as many processes as the run will most likely start
     n_parallel = max(1, min(int(machine.cores.v), len(units)))
     env, obs = probe_env(cfg, units, budget * env_share, backend, with_policy, cfg.eval.max_episodes_rendered > 0,
@@ -116,6 +100,59 @@ def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, r
         machine=machine, env=env, policy=pol, run=shape, schema=SCHEMA,
         took_s=time.monotonic() - started, host=socket.gethostname(), budget_s=budget,
     )
+
+
+def _units_to_probe(cfg: RunConfig) -> list[EpisodeUnit]:
+    """The episode units of this shard, once the env and the render backend are checked; a
+    ConfigError when the shard has none."""
+    cfg.env.check_available()
+    check_user_backend(cfg.env, cfg.eval.max_episodes_rendered)
+    units = shard(plan_for(cfg), cfg.eval.shard_id, cfg.eval.num_shards)
+    if not units:
+        raise ConfigError(f"--eval.shard_id={cfg.eval.shard_id}: this shard has no episodes to run")
+    return units
+
+
+def _render_backends(cfg: RunConfig, machine: MachineProbe) -> tuple[str, str | None]:
+    """The render backend the run would use, and the other one to time beside it (None: none)."""
+    # the backend the run would use (the run decides its own, once, after the recommendation);
+    # on a CPU machine with no choice made by the user, the other one is timed too
+    backend = choose_backend(cfg.render_device)
+    renders = cfg.env.renders_obs or cfg.eval.max_episodes_rendered > 0
+    other = None
+    if renders and cfg.render_device == "auto" and not machine.gpus and user_backend() is None:
+        other = "egl" if backend == "osmesa" else ("osmesa" if osmesa_loadable() else None)
+    return backend, other
+
+
+def _unmeasured_policy(cfg: RunConfig, placement: str, per_slot_state: bool, load_s: float) -> PolicyProbe:
+    """The policy's figures before it is measured: its load time, and placeholders for the rest."""
+    return PolicyProbe(type=cfg.policy.type, device=cfg.policy.device, placement=placement,
+                       per_slot_state=per_slot_state, load_s=estimated(load_s, "built before the probe"),
+                       param_bytes=estimated(0.0, "not yet"), rss_bytes=estimated(0.0, "not yet"),
+                       steps_per_inference=estimated(1.0, "not yet"))
+
+
+def _window_budget(machine: MachineProbe, unmeasured: PolicyProbe, shape: RunShape, budget: float, env_share: float,
+                   wall_share: float | None, started: float) -> Callable[[EnvProbe, float], float]:
+    """The env probe's window budget: (the warm-up's figures, seconds spent) -> the seconds the
+    windows may take, the env's share of `budget` less what was spent, and with `wall_share`,
+    at most that share of the wall the warm-up predicts (less what was spent since `started`)."""
+    with_policy = unmeasured.placement == "worker"
+
+    def window_budget(warm: EnvProbe, spent: float) -> float:
+        left = budget * env_share - spent
+        if wall_share is None:
+            return left
+        # the warm-up's figures predict the run; the windows get their share of it
+        wall = recommend(Probe(machine=machine, env=warm, policy=unmeasured, run=shape)).predicted_wall_s
+        # a policy in the driver is timed after the env, out of the same share
+        of_share = 1.0 if with_policy else env_share
+        allowed = min(left, wall_share * wall * of_share - (time.monotonic() - started))
+        log.debug("tune: the warm-up predicts a wall of %.1f s; %.1f s spent so far", wall, time.monotonic() - started)
+        return allowed
+
+    return window_budget
 
 
 def _driver_setup(cfg: RunConfig) -> Any:
@@ -141,10 +178,20 @@ def _mib(n: float) -> str:
 
 
 def report(probe: Probe, rec: Recommendation, stored: Path | None = None) -> str:
-    m, e, pol = probe.machine, probe.env, probe.policy
+    """The probe's figures and the recommendation, as `rollbench tune` prints them."""
     use = ProbeUse("measured", probe.took_s, str(stored) if stored else "", budget_s=probe.budget_s)
     lines = [f"probe: {use.line(rec)}", "", f"machine ({probe.host}, probed in {probe.took_s:.1f}s):"]
-    lines.append(f"  cores               {m.cores.show(fmt='{:.0f}')}")
+    lines += _machine_lines(probe.machine)
+    lines += _env_lines(probe.env, probe.policy.placement)
+    lines += _policy_lines(probe.policy, probe.env)
+    lines.append("")
+    lines += _recommendation_lines(rec)
+    return "\n".join(lines)
+
+
+def _machine_lines(m: MachineProbe) -> list[str]:
+    """The report's lines on the machine: cores, memory, GPUs."""
+    lines = [f"  cores               {m.cores.show(fmt='{:.0f}')}"]
     lines.append(f"  memory available    {m.mem_available_bytes.show(fmt='{:.3g}', unit='')} bytes"
                  f" ({m.mem_available_bytes.v / 2**30:.1f} GiB)")
     if m.gpus:
@@ -152,14 +199,19 @@ def report(probe: Probe, rec: Recommendation, stored: Path | None = None) -> str
             lines.append(f"  gpu {g.index}               {g.name}: {g.free_mib} of {g.total_mib} MiB free [measured]")
     else:
         lines.append("  gpus                none [measured: nvidia-smi finds none]")
-    lines.append(f"env (MUJOCO_GL={e.backend}):")
+    return lines
+
+
+def _env_lines(e: EnvProbe, placement: str) -> list[str]:
+    """The report's lines on the env, the worker loop's when the policy runs in the workers."""
+    lines = [f"env (MUJOCO_GL={e.backend}):"]
     lines.append(f"  worker start        {e.worker_start_s.show(' s')}")
     lines.append(f"  first env build     {e.first_build_s.show(' s')}")
     lines.append(f"  env build           {e.build_s.show(' s')}")
     lines.append(f"  reset               {e.reset_ms.show(' ms')}")
     lines.append(f"  step, one process   {e.step_ms_1.show(' ms')}")
     lines.append(f"  {f'step, {e.parallel} at once':20s}{e.step_ms_all.show(' ms')}")
-    if e.loop_ms_1 is not None and e.loop_ms_all is not None and pol.placement == "worker":
+    if e.loop_ms_1 is not None and e.loop_ms_all is not None and placement == "worker":
         lines.append(f"  worker loop, alone  {e.loop_ms_1.show(' ms')}")
         lines.append(f"  {f'worker loop, {e.parallel} at once':20s}{e.loop_ms_all.show(' ms')}")
     lines.append(f"  video frame         {e.render_ms.show(' ms')}")
@@ -169,7 +221,13 @@ def report(probe: Probe, rec: Recommendation, stored: Path | None = None) -> str
     lines.append(f"  worker memory       {_mib(e.worker_rss_bytes.v)} [{e.worker_rss_bytes.source}]")
     lines.append(f"  round trip          {e.roundtrip_ms.show(' ms')}")
     lines.append(f"  driver set-up       {e.driver_setup_s.show(' s')}")
-    lines.append(f"policy ({pol.type} on {pol.device}, {pol.placement} placement, {pol.threads} torch threads):")
+    return lines
+
+
+def _policy_lines(pol: PolicyProbe, e: EnvProbe) -> list[str]:
+    """The report's lines on the policy: load, weights, memory, and its time per call at each
+    batch measured (per step in a worker, from the env probe, when it runs there)."""
+    lines = [f"policy ({pol.type} on {pol.device}, {pol.placement} placement, {pol.threads} torch threads):"]
     lines.append(f"  load                {pol.load_s.show(' s')}")
     lines.append(f"  weights             {_mib(pol.param_bytes.v)} [{pol.param_bytes.source}: {pol.param_bytes.note}]")
     lines.append(f"  memory              {_mib(pol.rss_bytes.v)} [{pol.rss_bytes.source}: {pol.rss_bytes.note}]")
@@ -184,9 +242,12 @@ def report(probe: Probe, rec: Recommendation, stored: Path | None = None) -> str
         lines.append(f"  batch {pt.batch:<4} 1 thread {pt.full_ms:.3g} ms per call ({pt.full_ms / pt.batch:.3g} ms/row) [measured]")
     for pt in pol.amp_inference:
         lines.append(f"  batch {pt.batch:<4} AMP      {pt.full_ms:.3g} ms per call [measured]")
-    lines.append("")
-    lines.append("recommendation:")
-    lines.append(f"  {rec.bottleneck}")
+    return lines
+
+
+def _recommendation_lines(rec: Recommendation) -> list[str]:
+    """The report's lines on the recommendation: the bottleneck, the reasons, the prediction."""
+    lines = ["recommendation:", f"  {rec.bottleneck}"]
     for r in rec.reasons:
         lines.append(f"  - {r}")
     lines.append(f"  predicted: {rec.predicted_steps_per_s:.4g} env-steps/s as eval_info.json reports it (steps / eval_s, "
@@ -195,7 +256,7 @@ def report(probe: Probe, rec: Recommendation, stored: Path | None = None) -> str
                  f"wall {rec.predicted_wall_s:.1f}s with start-up")
     if rec.use_amp:
         lines.append("  AMP is recommended but not applied by --workers=auto: it changes the policy's numbers")
-    return "\n".join(lines)
+    return lines
 
 
 _SET_BY_TUNE = ("workers", "slots_per_worker", "eval.batch_size", "policy.max_batch_size", "eval.use_async_envs",
@@ -337,10 +398,6 @@ def for_eval(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int) -> 
     """`--workers=auto`: load, reuse or measure a probe (or none, for a run too short to pay
     for one), and recommend; `scheduler.decide` takes the recommendation (the config is
     never rewritten). Logs one line that says which."""
-    from rollbench.tune import budget as b  # lazy: keeps probe processes light
-    from rollbench.tune import cache  # lazy: keeps probe processes light
-    from rollbench.tune.probe import probe_machine  # lazy: keeps probe processes light
-
     t0 = time.monotonic()
     probe: Probe | None = None
     if cfg.tune.load:
@@ -351,28 +408,7 @@ def for_eval(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int) -> 
         probe = _this_run(cfg, probe)  # the saved probe's env and policy costs, this run's amount of work
         use = ProbeUse("loaded", time.monotonic() - t0, cfg.tune.load)
     else:
-        machine = probe_machine()
-        found = None if cfg.tune.reprobe else cache.lookup(cfg, machine.gpus)
-        if found is not None and found.probe is not None:
-            probe = dataclasses.replace(_this_run(cfg, found.probe), machine=machine)
-            use = ProbeUse("reused", time.monotonic() - t0, str(found.path), f"measured {found.age()} ago")
-        else:
-            why = "--tune.reprobe=true" if found is None else found.why
-            units = shard(plan_for(cfg), cfg.eval.shard_id, cfg.eval.num_shards)
-            budget = b.probe_budget(cfg, units, int(machine.cores.v))
-            if budget <= 0 and cfg.tune.reprobe:
-                budget = min(cfg.tune.budget_s, b.MIN_PROBE_S)
-            if budget <= 0:
-                est = b.first_estimate_s(cfg, units, int(machine.cores.v))
-                use = ProbeUse("skipped", time.monotonic() - t0, why=(
-                    f"this run takes at most ~{est:.0f} s (every episode to its step limit, unmeasured), and a probe "
-                    f"costs at least {b.MIN_PROBE_S:.0f} s, more than {b.PROBE_SHARE:.0%} of it; running with the "
-                    f"scheduler's defaults ({why}; `rollbench tune` stores a probe that later runs reuse)"))
-            else:
-                log.info("--workers=auto: measuring this machine (%s; up to %.1f s)", why, budget)
-                probe = measure(cfg, policy, load_s, rss_before, budget_s=budget, wall_share=b.PROBE_SHARE)
-                stored = _store(cfg, probe)
-                use = ProbeUse("measured", time.monotonic() - t0, str(stored) if stored else "", why, budget)
+        probe, use = _reuse_or_measure(cfg, policy, load_s, rss_before, t0)
     if probe is None:
         log.info("--workers=auto: %s", use.line(None))
         return None, None, use
@@ -381,6 +417,37 @@ def for_eval(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int) -> 
     log.info("--workers=auto: %s", " ".join(recommended_flags(rec)))
     log.info("--workers=auto: %s", rec.bottleneck)
     return probe, rec, use
+
+
+def _reuse_or_measure(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int,
+                      t0: float) -> tuple[Probe | None, ProbeUse]:
+    """A stored probe of this machine and kind of run (unless --tune.reprobe), else one measured
+    now within the budget the run pays for, or none for a run too short to pay for one; and
+    what was done, its seconds counted from `t0`."""
+    from rollbench.tune import budget as b  # lazy: keeps probe processes light
+    from rollbench.tune import cache  # lazy: keeps probe processes light
+    from rollbench.tune.probe import probe_machine  # lazy: keeps probe processes light
+
+    machine = probe_machine()
+    found = None if cfg.tune.reprobe else cache.lookup(cfg, machine.gpus)
+    if found is not None and found.probe is not None:
+        probe = dataclasses.replace(_this_run(cfg, found.probe), machine=machine)
+        return probe, ProbeUse("reused", time.monotonic() - t0, str(found.path), f"measured {found.age()} ago")
+    why = "--tune.reprobe=true" if found is None else found.why
+    units = shard(plan_for(cfg), cfg.eval.shard_id, cfg.eval.num_shards)
+    budget = b.probe_budget(cfg, units, int(machine.cores.v))
+    if budget <= 0 and cfg.tune.reprobe:
+        budget = min(cfg.tune.budget_s, b.MIN_PROBE_S)
+    if budget <= 0:
+        est = b.first_estimate_s(cfg, units, int(machine.cores.v))
+        return None, ProbeUse("skipped", time.monotonic() - t0, why=(
+            f"this run takes at most ~{est:.0f} s (every episode to its step limit, unmeasured), and a probe "
+            f"costs at least {b.MIN_PROBE_S:.0f} s, more than {b.PROBE_SHARE:.0%} of it; running with the "
+            f"scheduler's defaults ({why}; `rollbench tune` stores a probe that later runs reuse)"))
+    log.info("--workers=auto: measuring this machine (%s; up to %.1f s)", why, budget)
+    probe = measure(cfg, policy, load_s, rss_before, budget_s=budget, wall_share=b.PROBE_SHARE)
+    stored = _store(cfg, probe)
+    return probe, ProbeUse("measured", time.monotonic() - t0, str(stored) if stored else "", why, budget)
 
 
 def default_tune_path(cfg: RunConfig) -> Path:

@@ -202,37 +202,65 @@ def probe_env(cfg: RunConfig, units: list[EpisodeUnit], budget_s: float, backend
 def _windows(setup: _Setup, procs: list[tuple[Any, Any]], warms: list[dict[str, Any]], budget_s: float,
              window_budget: WindowBudget | None, t_start: float) -> EnvProbe:
     """After the warm-up: the windows the budget allows, pings, and the processes' totals."""
-    n_proc = setup.n_proc
+    warm = _warm_measured(setup, warms)
+    spent = time.monotonic() - t_start
+    # the warm-up's figures give the window budget a refined estimate of the run
+    wb = window_budget(_figures(setup, warm), spent) if window_budget is not None else budget_s - spent
+    regimes = ["together", "solo"] if setup.n_proc > 1 else ["solo"]
+    plan = plan_windows(max(0.0, wb), len(regimes))
+    log.debug("tune: env warm-up took %.2f s; %d windows of %.2f s per regime (%.2f s allowed)", spent, plan.n,
+              plan.seconds, wb)
+    # windows measured: the warm-up's steps no longer count
+    samples = _window_samples(procs, plan, regimes) if plan.n else warm.samples
+    done = _Measured(samples, defaultdict(list), [], plan)
+    done.pings = _pings(procs[0])
+    _collect_totals(procs, done)
+    left = budget_s - (time.monotonic() - t_start)
+    if setup.other_backend and setup.frames and left > 3.0:
+        done.other = other_render(setup.cfg, setup.tasks[0], setup.cfg.seed, setup.other_backend, min(2.0, left / 2))
+    return _figures(setup, done)
+
+
+def _warm_measured(setup: _Setup, warms: list[dict[str, Any]]) -> _Measured:
+    """What the processes' warm-up measured: its samples, episode lengths and resets."""
     warm = _Measured(_Samples(), defaultdict(list), [r for w in warms for r in w["resets"]], WindowPlan(0, 0.0))
-    regime_at_warm = "together" if n_proc > 1 else "solo"  # every process warms up at once
+    regime_at_warm = "together" if setup.n_proc > 1 else "solo"  # every process warms up at once
     for w in warms:
         warm.samples.add(regime_at_warm, w["stats"])
         for task, ls in w["lengths"].items():
             warm.lengths[task].extend(ls)
-    spent = time.monotonic() - t_start
-    # the warm-up's figures give the window budget a refined estimate of the run
-    wb = window_budget(_figures(setup, warm), spent) if window_budget is not None else budget_s - spent
-    regimes = ["together", "solo"] if n_proc > 1 else ["solo"]
-    plan = plan_windows(max(0.0, wb), len(regimes))
-    log.debug("tune: env warm-up took %.2f s; %d windows of %.2f s per regime (%.2f s allowed)", spent, plan.n,
-              plan.seconds, wb)
-    samples = warm.samples
-    if plan.n:
-        samples = _Samples()  # windows measured: the warm-up's steps no longer count
-        for k in range(plan.n):
-            for regime in regimes:
-                chosen = procs if regime == "together" else [procs[k % n_proc]]
-                for _, conn in chosen:
-                    conn.send(("window", plan.seconds))
-                for proc, conn in chosen:
-                    samples.add(regime, receive(conn, proc, plan.seconds + 120.0, "env")[1])
-    done = _Measured(samples, defaultdict(list), [], plan)
-    proc0, conn0 = procs[0]
+    return warm
+
+
+def _window_samples(procs: list[tuple[Any, Any]], plan: WindowPlan, regimes: list[str]) -> _Samples:
+    """The samples of `plan.n` rounds of windows, one window per regime a round; "solo" takes
+    each process in turn."""
+    samples = _Samples()
+    for k in range(plan.n):
+        for regime in regimes:
+            chosen = procs if regime == "together" else [procs[k % len(procs)]]
+            for _, conn in chosen:
+                conn.send(("window", plan.seconds))
+            for proc, conn in chosen:
+                samples.add(regime, receive(conn, proc, plan.seconds + 120.0, "env")[1])
+    return samples
+
+
+def _pings(proc_conn: tuple[Any, Any]) -> list[float]:
+    """The seconds of 50 pipe round trips to one process."""
+    proc, conn = proc_conn
+    pings: list[float] = []
     for i in range(50):
         t0 = time.perf_counter()
-        conn0.send(("ping", i))
-        receive(conn0, proc0, 30.0, "env")
-        done.pings.append(time.perf_counter() - t0)
+        conn.send(("ping", i))
+        receive(conn, proc, 30.0, "env")
+        pings.append(time.perf_counter() - t0)
+    return pings
+
+
+def _collect_totals(procs: list[tuple[Any, Any]], done: _Measured) -> None:
+    """Tells every process it is done, and adds its episode lengths, resets and peak RSS to
+    `done`."""
     for proc, conn in procs:
         conn.send(("done",))
         bye = receive(conn, proc, 30.0, "env")[1]
@@ -240,18 +268,54 @@ def _windows(setup: _Setup, procs: list[tuple[Any, Any]], warms: list[dict[str, 
             done.lengths[task].extend(ls)
         done.resets.extend(bye["resets"])
         done.rss = max(done.rss, int(bye["rss"]))
-    left = budget_s - (time.monotonic() - t_start)
-    if setup.other_backend and setup.frames and left > 3.0:
-        done.other = other_render(setup.cfg, setup.tasks[0], setup.cfg.seed, setup.other_backend, min(2.0, left / 2))
-    return _figures(setup, done)
 
 
 def _figures(setup: _Setup, m: _Measured) -> EnvProbe:
-    bench, s, plan, n_proc, tasks = setup.cfg.env, m.samples, m.plan, setup.n_proc, setup.tasks
+    """The probe's figures from what the warm-up, or the windows after it, measured."""
     lengths = m.lengths if setup.with_policy else {}  # random actions say nothing of the policy's episodes
     # episode lengths: per task, then every task equally (each runs n_episodes)
     per_task_len = {t: float(sum(v) / len(v)) for t, v in lengths.items() if v}
-    weights = {t: per_task_len.get(t, float(bench.effective_max_steps(t))) for t in tasks}
+    weights = {t: per_task_len.get(t, float(setup.cfg.env.effective_max_steps(t))) for t in setup.tasks}
+    solo_fig, tog_fig, loop1_fig, loop_all_fig = _rate_figures(setup, m, weights)
+    ep_steps, constant = _episode_steps(setup, lengths, per_task_len, weights)
+    policy_ms = m.samples.policy["solo"] or m.samples.policy["together"]
+    starts, first_builds, later_builds, frames = setup.starts, setup.first_builds, setup.later_builds, setup.frames
+    resets, rss, pings, other, n_proc = m.resets, m.rss, m.pings, m.other, setup.n_proc
+    return EnvProbe(
+        backend=setup.backend,
+        worker_start_s=measured(median(starts), f"{n_proc} processes started at once: start to ready "
+                                                "(imports, and the policy when it runs there)"),
+        first_build_s=measured(median(first_builds), "make + first reset, simulator import included"),
+        build_s=measured(median(later_builds), f"{len(later_builds)} more envs") if later_builds
+        else estimated(median(first_builds) / 2, "only one env built per process; half the first build"),
+        reset_ms=measured(1000.0 * median(resets), f"{len(resets)} resets") if resets
+        else estimated(0.0, "not measured yet"),
+        step_ms_1=solo_fig,
+        step_ms_all=tog_fig,
+        render_ms=measured(1000.0 * median(frames), f"{len(frames)} frames") if frames
+        else measured(0.0, "no video frames requested"),
+        policy_ms_worker=measured(trimmed_mean(policy_ms), "per step, batch 1, one thread") if setup.with_policy and policy_ms
+        else measured(0.0, "the policy does not run in the workers"),
+        episode_steps=ep_steps,
+        episode_steps_constant=constant,
+        worker_rss_bytes=measured(rss, "peak RSS of the probe processes") if rss else estimated(0.0, "not read yet"),
+        roundtrip_ms=measured(1000.0 * median(pings), "pipe round trip, 50 pings") if pings
+        else estimated(0.05, "not measured yet"),
+        max_steps=setup.max_steps,
+        other_backend=setup.other_backend if other is not None else None,
+        other_render_ms=other,
+        parallel=n_proc,
+        loop_ms_1=loop1_fig,
+        loop_ms_all=loop_all_fig,
+        windows=m.plan.n,
+        window_s=m.plan.seconds,
+    )
+
+
+def _rate_figures(setup: _Setup, m: _Measured, weights: dict[str, float]) -> tuple[Figure, Figure, Figure, Figure]:
+    """The env step's and the worker loop's ms per step, tasks mixed by `weights`: (step alone,
+    step with every process at once, loop alone, loop with every process at once)."""
+    s, plan, n_proc, tasks = m.samples, m.plan, setup.n_proc, setup.tasks
     step_solo, step_tog, ratio = _regimes(s.step, tasks)
     loop_solo, loop_tog, loop_ratio = _regimes(s.loop, tasks)
     seen = [t for t in tasks if t in step_solo]
@@ -285,6 +349,13 @@ def _figures(setup: _Setup, m: _Measured) -> EnvProbe:
         else:
             solo_fig = tog_fig = measured(step1, how)
             loop1_fig = loop_all_fig = measured(loop1, loop_note)
+    return solo_fig, tog_fig, loop1_fig, loop_all_fig
+
+
+def _episode_steps(setup: _Setup, lengths: dict[str, list[int]], per_task_len: dict[str, float],
+                   weights: dict[str, float]) -> tuple[Figure, bool]:
+    """The steps of an average episode, and whether every episode runs to the step limit."""
+    tasks = setup.tasks
     if all(t in per_task_len for t in tasks) and len(tasks) == len(setup.all_tasks):
         done = [n for t in tasks for n in lengths[t]]
         ep_steps = measured(sum(per_task_len[t] for t in tasks) / len(tasks),
@@ -298,38 +369,7 @@ def _figures(setup: _Setup, m: _Measured) -> EnvProbe:
         ep_steps = estimated(float(setup.max_steps), f"{why}; assumes every episode runs to the step limit")
     all_lengths = [n for v in lengths.values() for n in v]
     constant = not all_lengths or (len(set(all_lengths)) == 1 and all_lengths[0] == setup.max_steps)
-    policy_ms = s.policy["solo"] or s.policy["together"]
-    starts, first_builds, later_builds, frames = setup.starts, setup.first_builds, setup.later_builds, setup.frames
-    resets, rss, pings, other, max_steps = m.resets, m.rss, m.pings, m.other, setup.max_steps
-    return EnvProbe(
-        backend=setup.backend,
-        worker_start_s=measured(median(starts), f"{n_proc} processes started at once: start to ready "
-                                                "(imports, and the policy when it runs there)"),
-        first_build_s=measured(median(first_builds), "make + first reset, simulator import included"),
-        build_s=measured(median(later_builds), f"{len(later_builds)} more envs") if later_builds
-        else estimated(median(first_builds) / 2, "only one env built per process; half the first build"),
-        reset_ms=measured(1000.0 * median(resets), f"{len(resets)} resets") if resets
-        else estimated(0.0, "not measured yet"),
-        step_ms_1=solo_fig,
-        step_ms_all=tog_fig,
-        render_ms=measured(1000.0 * median(frames), f"{len(frames)} frames") if frames
-        else measured(0.0, "no video frames requested"),
-        policy_ms_worker=measured(trimmed_mean(policy_ms), "per step, batch 1, one thread") if setup.with_policy and policy_ms
-        else measured(0.0, "the policy does not run in the workers"),
-        episode_steps=ep_steps,
-        episode_steps_constant=constant,
-        worker_rss_bytes=measured(rss, "peak RSS of the probe processes") if rss else estimated(0.0, "not read yet"),
-        roundtrip_ms=measured(1000.0 * median(pings), "pipe round trip, 50 pings") if pings
-        else estimated(0.05, "not measured yet"),
-        max_steps=max_steps,
-        other_backend=setup.other_backend if other is not None else None,
-        other_render_ms=other,
-        parallel=n_proc,
-        loop_ms_1=loop1_fig,
-        loop_ms_all=loop_all_fig,
-        windows=plan.n,
-        window_s=plan.seconds,
-    )
+    return ep_steps, constant
 
 
 # -- the other render backend ---------------------------------------------------------

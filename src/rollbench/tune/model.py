@@ -284,7 +284,6 @@ def continuous_worker(probe: Probe, workers: int) -> Candidate:
 
 
 def continuous_driver(probe: Probe, workers: int, slots: int) -> Candidate:
-    c = cores(probe)
     rows = min(workers * slots, probe.run.n_units)
     groups = 2 if workers >= 2 else 1
     b = rows / groups
@@ -314,16 +313,23 @@ def continuous_driver(probe: Probe, workers: int, slots: int) -> Candidate:
     inference_bound = groups * inf >= sim + inf if groups == 2 else inf >= sim
     cycle, bound = pipelined, ("inference" if inference_bound else "simulation")
     if probe.policy.device == "cpu":
-        core_ms = rows * (probe.env.step_ms_1.v + _per_step_extras(probe)) + groups * (
-            inf * cpu_util(probe, b, threads) + DRIVER_CALL_MS
-        )
-        if core_ms / c > cycle:
-            cycle, bound = core_ms / c, "cpu"
+        cpu_cycle = _cpu_cycle_ms(probe, rows, groups, inf, b, threads)
+        if cpu_cycle > cycle:
+            cycle, bound = cpu_cycle, "cpu"
     rate = rows * 1000.0 / max(cycle, 1e-6)
     startup = _startup(probe, workers, slots)
     eval_s = _sim_wall(probe, rows, rate) + _builds_in_span(probe, workers, slots)
     return Candidate("continuous", "driver", workers, slots, max(1, round(b)), False, rate, startup + eval_s, startup, bound,
                      total_steps(probe), eval_s)
+
+
+def _cpu_cycle_ms(probe: Probe, rows: int, groups: int, inf: float, b: float, threads: int) -> float:
+    """A driver-loop cycle's ms when the cores are the limit (a policy on the CPU): every row's
+    env step and each group's call of `inf` ms at `b` rows, spread over the cores."""
+    core_ms = rows * (probe.env.step_ms_1.v + _per_step_extras(probe)) + groups * (
+        inf * cpu_util(probe, b, threads) + DRIVER_CALL_MS
+    )
+    return core_ms / cores(probe)
 
 
 def _expected_max_share(probe: Probe, batch: int) -> float:
@@ -475,36 +481,18 @@ def bottleneck_sentence(probe: Probe, best: Candidate) -> str:
 def recommend(probe: Probe) -> Recommendation:
     cands = candidates(probe)
     best = pick(cands)
-    reasons = []
-    mem_cap = memory_cap(probe)
-    bound = best.bound
-    if best.workers >= mem_cap and mem_cap < cores(probe):
-        bound = "memory"
-        reasons.append(
-            f"memory: {probe.machine.mem_available_bytes.v / 2**30:.1f} GiB available fits {mem_cap} workers "
-            f"of {probe.env.worker_rss_bytes.v / 2**20:.0f} MiB"
-        )
-    best = dataclasses.replace(best, bound=bound)
+    reasons: list[str] = []
+    best = _memory_bound(probe, best, reasons)
     cap = gpu_batch_cap(probe)
     max_rows = cap if cap is not None and best.placement == "driver" and best.mode == "continuous" else None
     envs_per_batch = best.batch if best.mode == "lockstep" else None
     if max_rows is not None:
         reasons.append(f"GPU memory: activations fit at most {cap} rows per call")
-    gpus = probe.machine.gpus
     render = _render_choice(probe, reasons)
     amp = _amp_choice(probe, best, reasons)
-    shards = 1
-    if len(gpus) >= 2 and probe.policy.device.startswith("cuda") and best.placement == "driver":
-        shards = len(gpus)
-        reasons.append(f"{len(gpus)} GPUs: one local shard per GPU (--eval.num_shards={shards} --launch=local), "
-                       f"each with {max(1, cores(probe) // shards)} workers")
+    shards = _shard_choice(probe, best, reasons)
     total = total_steps(probe)
-    if best.mode == "continuous":
-        reasons.append(f"continuous batching: {best.workers} workers x {best.slots_per_worker} slots, "
-                       f"policy in the {best.placement}")
-    else:
-        reasons.append(f"lockstep: the policy keeps no per-slot state; batches of {best.batch} envs"
-                       + (" in subprocesses" if best.use_async_envs else ""))
+    reasons.append(_mode_reason(best))
     if shards > 1:
         # each shard gets its share of cores and units; throughput adds up across GPUs
         per_workers = max(1, cores(probe) // shards)
@@ -520,6 +508,41 @@ def recommend(probe: Probe) -> Recommendation:
         bottleneck=bottleneck_sentence(probe, best), reasons=tuple(reasons), alternatives=tuple(ranked),
         predicted_eval_s=eval_s,
     )
+
+
+def _memory_bound(probe: Probe, best: Candidate, reasons: list[str]) -> Candidate:
+    """`best`, its bound "memory" when the memory available fits fewer workers than the cores
+    and `best` runs that many (a reason added to `reasons`)."""
+    mem_cap = memory_cap(probe)
+    bound = best.bound
+    if best.workers >= mem_cap and mem_cap < cores(probe):
+        bound = "memory"
+        reasons.append(
+            f"memory: {probe.machine.mem_available_bytes.v / 2**30:.1f} GiB available fits {mem_cap} workers "
+            f"of {probe.env.worker_rss_bytes.v / 2**20:.0f} MiB"
+        )
+    return dataclasses.replace(best, bound=bound)
+
+
+def _shard_choice(probe: Probe, best: Candidate, reasons: list[str]) -> int:
+    """Local shards to run: one per GPU when there are several and the policy runs on CUDA in
+    the driver (a reason added to `reasons`), else 1."""
+    gpus = probe.machine.gpus
+    shards = 1
+    if len(gpus) >= 2 and probe.policy.device.startswith("cuda") and best.placement == "driver":
+        shards = len(gpus)
+        reasons.append(f"{len(gpus)} GPUs: one local shard per GPU (--eval.num_shards={shards} --launch=local), "
+                       f"each with {max(1, cores(probe) // shards)} workers")
+    return shards
+
+
+def _mode_reason(best: Candidate) -> str:
+    """The reason that names `best`'s mode: its workers and slots, or its batches."""
+    if best.mode == "continuous":
+        return (f"continuous batching: {best.workers} workers x {best.slots_per_worker} slots, "
+                f"policy in the {best.placement}")
+    return (f"lockstep: the policy keeps no per-slot state; batches of {best.batch} envs"
+            + (" in subprocesses" if best.use_async_envs else ""))
 
 
 def _render_choice(probe: Probe, reasons: list[str]) -> str:

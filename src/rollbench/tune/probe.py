@@ -192,6 +192,8 @@ def probe_policy(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int,
 
 
 def _time_batches(ctx: Any, policy: Policy, obs: Any, unit: EpisodeUnit, budget_s: float, max_batch: int) -> tuple[InferencePoint, ...]:
+    """The policy's points at batch sizes 1, 2, 4, ... up to `max_batch`, until the budget is
+    spent or the time per row stops falling."""
     torch: Any = sys.modules.get("torch")
     cuda = torch is not None and ctx.policy_config.device.startswith("cuda")
     deadline = time.monotonic() + budget_s
@@ -200,36 +202,8 @@ def _time_batches(ctx: Any, policy: Policy, obs: Any, unit: EpisodeUnit, budget_
     b = 1
     while b <= max_batch:
         batch = stack_any([obs] * b)
-        slots = list(range(b))
         desc = [ctx.benchmark.policy_task(unit.task)] * b  # what a run's calls give the policy (lerobot-eval's task string)
-        fulls, queued, cpu, wall = [], [], 0.0, 0.0
-        peak = None
-        for rep in range(4):
-            ctx.reset(policy, slots, [start] * b)
-            if cuda and rep == 3:
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                base = torch.cuda.memory_allocated()
-            c0, t0 = time.process_time(), time.perf_counter()
-            ctx.act(policy, batch, slots, desc)
-            if cuda:
-                torch.cuda.synchronize()
-            dt = time.perf_counter() - t0
-            if rep:  # the first call warms up (allocations, kernel selection)
-                fulls.append(dt)
-                cpu += time.process_time() - c0
-                wall += dt
-            if cuda and rep == 3:
-                peak = int(torch.cuda.max_memory_allocated() - base)
-            t0 = time.perf_counter()
-            ctx.act(policy, batch, slots, desc)
-            if cuda:
-                torch.cuda.synchronize()
-            queued.append(time.perf_counter() - t0)
-            if time.monotonic() > deadline and rep >= 1:
-                break
-        full_ms = 1000.0 * _median(fulls)
-        points.append(InferencePoint(b, full_ms, min(full_ms, 1000.0 * _median(queued)), cpu / max(wall, 1e-9), peak))
+        points.append(_time_batch(ctx, policy, batch, desc, start, torch if cuda else None, deadline))
         if time.monotonic() > deadline:
             break
         if len(points) >= 2:
@@ -238,6 +212,44 @@ def _time_batches(ctx: Any, policy: Policy, obs: Any, unit: EpisodeUnit, budget_
                 break  # time per row stopped falling
         b *= 2
     return tuple(points)
+
+
+def _time_batch(ctx: Any, policy: Policy, batch: Any, desc: list[str], start: Any, torch: Any,
+                deadline: float) -> InferencePoint:
+    """One batch's point: up to four rounds (fewer past `deadline`, never fewer than two) of a
+    reset, a full call and a call the queues serve; the first round warms up. `torch` is the
+    torch module when the policy runs on CUDA (the last round then reads the peak memory), else None."""
+    b = len(desc)
+    slots = list(range(b))
+    cuda = torch is not None
+    fulls, queued, cpu, wall = [], [], 0.0, 0.0
+    peak = None
+    for rep in range(4):
+        ctx.reset(policy, slots, [start] * b)
+        if cuda and rep == 3:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+        c0, t0 = time.process_time(), time.perf_counter()
+        ctx.act(policy, batch, slots, desc)
+        if cuda:
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        if rep:  # the first call warms up (allocations, kernel selection)
+            fulls.append(dt)
+            cpu += time.process_time() - c0
+            wall += dt
+        if cuda and rep == 3:
+            peak = int(torch.cuda.max_memory_allocated() - base)
+        t0 = time.perf_counter()
+        ctx.act(policy, batch, slots, desc)
+        if cuda:
+            torch.cuda.synchronize()
+        queued.append(time.perf_counter() - t0)
+        if time.monotonic() > deadline and rep >= 1:
+            break
+    full_ms = 1000.0 * _median(fulls)
+    return InferencePoint(b, full_ms, min(full_ms, 1000.0 * _median(queued)), cpu / max(wall, 1e-9), peak)
 
 
 def _amp_points(cfg: RunConfig, obs: Any, unit: EpisodeUnit, budget_s: float, batches: list[int]) -> tuple[InferencePoint, ...]:

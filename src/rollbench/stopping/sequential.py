@@ -59,8 +59,8 @@ from typing import Literal
 import numpy as np
 
 from rollbench.errors import ConfigError
-from rollbench.report.stats import clopper_pearson, mcnemar_power
-from rollbench.results.stopped import capital_steps
+from rollbench.stats import clopper_pearson, mcnemar_power
+from rollbench.stopping.estimates import capital_steps
 
 #: the largest stake, as a fraction of what the capital can lose (WSR's c; they suggest 1/2 or 3/4)
 MAX_BET = 0.75
@@ -111,7 +111,7 @@ def log_capital(d: np.ndarray, deltas: np.ndarray = GRID) -> np.ndarray:
 
 def _capital_steps(d: np.ndarray, deltas: np.ndarray) -> Iterator[np.ndarray]:
     """Yield log K_t(Delta) of every row and candidate after each pair t = 1, 2, ...: the
-    betting process of results/stopped.py on y = (d + 1) / 2, whose mean is (1 + Delta) / 2."""
+    betting process of stopping/estimates.py on y = (d + 1) / 2, whose mean is (1 + Delta) / 2."""
     yield from capital_steps((d + 1) / 2, (1 + deltas) / 2, MAX_BET)
 
 
@@ -222,39 +222,54 @@ def _group_sequential(
     s_obs = np.zeros(rows, dtype=int)
     up, down = np.zeros((rows, len(ends)), dtype=bool), np.zeros((rows, len(ends)), dtype=bool)
     qq = q[:, None]
-    look = 0
-    for t in range(max(ends, default=0)):
-        size = steps[:, t]
-        for m in np.unique(size[size > 0]):
-            these = size == m
-            held, q_m = mass[these], qq[these]
-            stepped = np.zeros_like(held)
-            stepped[:, m:] += q_m * held[:, :-m]
-            stepped[:, :-m] += (1 - q_m) * held[:, m:]
-            mass[these] = stepped
-        s_obs += np.where(wins[:, t], size, -size)
-        if t + 1 != ends[look]:
-            continue
-        side = spent(alpha, (t + 1) / budget) / 2
-        upper = np.cumsum(mass[:, ::-1], axis=1)[:, ::-1]  # P(S >= s), not stopped before
-        lower = np.cumsum(mass, axis=1)  # P(S <= s)
-        ok_up = upper <= (side - crossed_up)[:, None] + 1e-15
-        ok_up[:, : centre + 1] = False  # a boundary above 0
-        ok_down = lower <= (side - crossed_down)[:, None] + 1e-15
-        ok_down[:, centre:] = False
-        has_up, has_down = ok_up.any(axis=1), ok_down.any(axis=1)
-        u = np.where(has_up, np.argmax(ok_up, axis=1), width)  # the least extreme allowed
-        l_ = np.where(has_down, width - 1 - np.argmax(ok_down[:, ::-1], axis=1), -1)
+    for look, end in enumerate(ends):
+        for t in range(ends[look - 1] if look else 0, end):
+            size = steps[:, t]
+            _take_step(mass, size, qq)
+            s_obs += np.where(wins[:, t], size, -size)
+        side = spent(alpha, end / budget) / 2
+        u, l_, reached_up, reached_down = _boundaries(mass, side - crossed_up, side - crossed_down, centre)
+        crossed_up += reached_up
+        crossed_down += reached_down
         idx = np.arange(width)[None, :]
-        crossed_up += np.where(has_up, upper[np.arange(rows), np.minimum(u, width - 1)], 0.0)
-        crossed_down += np.where(has_down, lower[np.arange(rows), np.maximum(l_, 0)], 0.0)
         mass = np.where((idx >= u[:, None]) | (idx <= l_[:, None]), 0.0, mass)
         pos = s_obs + centre
         up[:, look], down[:, look] = pos >= u, pos <= l_
-        look += 1
-        if look == len(ends):
-            break
     return up, down, ends
+
+
+def _take_step(mass: np.ndarray, size: np.ndarray, q: np.ndarray) -> None:
+    """Moves each row's distribution of S (`mass`) by one step of the row's `size` (none where
+    0), up with the row's chance `q`, in place."""
+    for m in np.unique(size[size > 0]):
+        these = size == m
+        held, q_m = mass[these], q[these]
+        stepped = np.zeros_like(held)
+        stepped[:, m:] += q_m * held[:, :-m]
+        stepped[:, :-m] += (1 - q_m) * held[:, m:]
+        mass[these] = stepped
+
+
+def _boundaries(
+    mass: np.ndarray, left_up: np.ndarray, left_down: np.ndarray, centre: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """At a look, each row's boundaries u above 0 and l below it: the least extreme whose chance
+    of being reached on the paths not stopped before (`mass`) is within what the side has left
+    (`left_up`, `left_down`); u is the width of `mass` and l is -1 where none is. Returns (u, l,
+    P(S >= u), P(S <= l)), the chances 0 where there is no boundary."""
+    rows, width = mass.shape
+    upper = np.cumsum(mass[:, ::-1], axis=1)[:, ::-1]  # P(S >= s), not stopped before
+    lower = np.cumsum(mass, axis=1)  # P(S <= s)
+    ok_up = upper <= left_up[:, None] + 1e-15
+    ok_up[:, : centre + 1] = False  # a boundary above 0
+    ok_down = lower <= left_down[:, None] + 1e-15
+    ok_down[:, centre:] = False
+    has_up, has_down = ok_up.any(axis=1), ok_down.any(axis=1)
+    u = np.where(has_up, np.argmax(ok_up, axis=1), width)  # the least extreme allowed
+    l_ = np.where(has_down, width - 1 - np.argmax(ok_down[:, ::-1], axis=1), -1)
+    reached_up = np.where(has_up, upper[np.arange(rows), np.minimum(u, width - 1)], 0.0)
+    reached_down = np.where(has_down, lower[np.arange(rows), np.maximum(l_, 0)], 0.0)
+    return u, l_, reached_up, reached_down
 
 
 #: the shares of B's wins among discordant pairs the fixed-budget interval is evaluated at
@@ -460,6 +475,28 @@ def _pooled_fixed(x: _ByIndex, alpha: float, block: int) -> SequentialResult:
     )
 
 
+def _decision_shares(
+    a: np.ndarray, b: np.ndarray, design: Design, alpha: float, margin: float, block: int
+) -> tuple[list[float], np.ndarray]:
+    """The shares of the simulated comparisons (rows of `a` and `b`) left undecided and decided
+    better, worse and equivalent, in that order, and the pairs each used; the fixed design's
+    budget is all of a row's pairs."""
+    if design == "fixed":
+        n_sims, n_max = a.shape
+        up, down, ends = _group_sequential(a != b, b & ~a, np.full(n_sims, 0.5), alpha, block, n_max)
+        decided = up | down
+        at = np.where(decided.any(axis=1), decided.argmax(axis=1), len(ends) - 1)
+        rows = np.arange(n_sims)
+        code = np.where(up[rows, at], 1, np.where(down[rows, at], 2, 0))
+        share = [float(np.mean(code == k)) for k in range(4)]
+        pairs = np.array(ends)[at]
+    else:
+        runs = _run(a, b, alpha, margin, block)
+        share = [float(np.mean(runs.decision == k)) for k in range(4)]
+        pairs = runs.looks * block
+    return share, pairs
+
+
 @dataclass(frozen=True)
 class Simulation:
     """How the sequential test fared on simulated pairs, and fixed-n McNemar for scale."""
@@ -546,19 +583,7 @@ def simulate(
     rng = np.random.default_rng(rng)
     u = rng.random((n_sims, n_max))
     v = np.where(rng.random((n_sims, n_max)) < rho, u, rng.random((n_sims, n_max)))
-    if design == "fixed":
-        a, b = u < p_a, v < p_b
-        up, down, ends = _group_sequential(a != b, b & ~a, np.full(n_sims, 0.5), alpha, block, n_max)
-        decided = up | down
-        at = np.where(decided.any(axis=1), decided.argmax(axis=1), len(ends) - 1)
-        rows = np.arange(n_sims)
-        code = np.where(up[rows, at], 1, np.where(down[rows, at], 2, 0))
-        share = [float(np.mean(code == k)) for k in range(4)]
-        pairs = np.array(ends)[at]
-    else:
-        runs = _run(u < p_a, v < p_b, alpha, margin, block)
-        share = [float(np.mean(runs.decision == k)) for k in range(4)]
-        pairs = runs.looks * block
+    share, pairs = _decision_shares(u < p_a, v < p_b, design, alpha, margin, block)
     only_a, only_b = discordance(p_a, p_b, rho)
     sim = Simulation(
         p_a, p_b, rho, n_max, n_sims, better=share[1], worse=share[2], equivalent=share[3], undecided=share[0],

@@ -1,4 +1,6 @@
-"""The statistics of `rollbench compare`: intervals and exact tests for two success rates.
+"""Pure statistics (numpy and scipy only): the Wilson interval every rate carries, and the
+intervals and exact tests `rollbench compare`, the sweeps and the stop rules use for two
+success rates.
 
 An episode either succeeds or not, so a task's success rate is a binomial proportion and
 two runs are compared as two proportions:
@@ -27,12 +29,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rollbench.results.summary import wilson
-
 #: Boschloo's test sums over every (n_a + 1) x (n_b + 1) table for each of its nuisance
 #: points: 50 x 50 takes 0.05 s here, 300 x 300 0.7 s, 1000 x 1000 17 s. Above this many
 #: tables Fisher's exact test is used; at such sizes the two differ in the third digit.
 BOSCHLOO_MAX_TABLES = 70_000
+#: the two-sided 95% normal quantile
+Z95 = 1.959963984540054
+
+
+def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float] | None:
+    """Wilson score interval for k successes in n trials, as fractions."""
+    if n == 0:
+        return None
+    p = k / n
+    denom = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    # at k = 0 (k = n) the bound is exactly 0 (1); rounding would leave it a hair inside
+    lo = 0.0 if k == 0 else max(0.0, center - half)
+    hi = 1.0 if k == n else min(1.0, center + half)
+    return lo, hi
 
 
 @dataclass(frozen=True)

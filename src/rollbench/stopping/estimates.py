@@ -35,7 +35,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from rollbench.results.summary import Z95, wilson
+from rollbench.stats import Z95, wilson
 
 ALPHA = 0.05
 #: p's at which the tails are first evaluated before each interval endpoint is refined

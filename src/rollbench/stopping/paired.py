@@ -10,7 +10,7 @@
 
 Each (task, condition) is one test of the family, at alpha / (conditions x tasks) (Bonferroni):
 each stops on its own evidence the moment it is decided, and every claim holds at once by the
-union bound. The pooled-over-tasks test (report/sequential.py) would tie a condition's tasks
+union bound. The pooled-over-tasks test (stopping/sequential.py) would tie a condition's tasks
 to one stop, and a task that is hurt would wait for the tasks that are not.
 
 A decision is `report.versus.paired_decision` of two whole prefixes of per-episode results,
@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rollbench.report import sequential
-from rollbench.report.versus import paired_decision
-from rollbench.results.adaptive import Outcomes, TaskKey, TaskStop, seed_major
+from rollbench.stopping import sequential
+from rollbench.stopping.adaptive import Outcomes, TaskKey, TaskStop, seed_major
+from rollbench.stopping.versus import paired_decision
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from rollbench.errors import ConfigError
-from rollbench.report import sequential
-from rollbench.results.adaptive import Outcomes, TaskKey, TaskStop
 from rollbench.results.log import LogTail
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.store import MANIFEST, is_running
+from rollbench.stopping import sequential
+from rollbench.stopping.adaptive import Outcomes, TaskKey, TaskStop
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ The rule is not part of a run's identity (it changes no episode): a finished run
 with a smaller `--eval.ci_width` runs only the episodes the tighter target needs.
 
 What the numbers of a stopped task mean: the rule stops early on prefixes that look extreme,
-so the prefix's k/n is biased and its fixed-n Wilson interval under-covers; results/stopped.py
+so the prefix's k/n is biased and its fixed-n Wilson interval under-covers; stopping/estimates.py
 gives the rule-aware unbiased rate and exact interval that eval_info reports.
 """
 
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from rollbench.plan import EpisodeUnit
 from rollbench.results.merge import Merged
 from rollbench.results.records import EpisodeRecord
-from rollbench.results.summary import wilson
+from rollbench.stats import wilson
 
 if TYPE_CHECKING:
     from rollbench.config.eval import EvalConfig
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 #: condition): every condition of a task, the control ("") included, stops on its own prefix
 TaskKey = tuple[str, int] | tuple[str, int, str]
 # ci_width: the interval is narrow enough; better / worse / equivalent: a sequential comparison
-# against another run decided (report/versus.py); max_episodes: neither, by the maximum
+# against another run decided (stopping/versus.py); max_episodes: neither, by the maximum
 # conditions_stopped: a sweep's control under --eval.perturb_stop=paired, once every condition of its
 # task has stopped (at the longest of their prefixes)
 Reason = Literal["ci_width", "better", "worse", "equivalent", "conditions_stopped", "max_episodes", "running"]
@@ -101,7 +101,7 @@ class Rule(Protocol):
 
     def ready(self, key: TaskKey, position: int) -> bool:
         """Whether the episode at `position` of `key`'s prefix may start now: a comparison
-        holds back what would run far ahead of the other run (report/versus.py). Safe to
+        holds back what would run far ahead of the other run (stopping/versus.py). Safe to
         call from several threads; it changes no decision, only when units start."""
         ...
 
@@ -123,7 +123,7 @@ class StopRule:
     def from_config(cls, ev: EvalConfig, seeds: int = 1) -> StopRule | None:
         if ev.ci_width is None:
             return None
-        return cls(ev.ci_width, ev.ci_block, ev.n_episodes * seeds, seeds, len(ev.conditions) > 1)
+        return cls(ev.ci_width, ev.ci_block, ev.n_episodes * seeds, seeds, ev.is_sweep)
 
     def key(self, task_group: str, task_id: int, condition: str) -> TaskKey:
         return (task_group, task_id, condition) if self.by_condition else (task_group, task_id)
