@@ -137,15 +137,11 @@ def config_from_dict(data: dict[str, Any]) -> RunConfig:
     return config_from_flags(codec.to_flags(data))
 
 
-#: flags of one shard's process, not of the run: a command that reruns the whole run drops them
-SHARD_FLAGS = ("eval.shard_id", "eval.num_shards", "launch", "resume")
-
-
 def rerun_argv(data: dict[str, Any]) -> list[str]:
     """`rollbench eval` with the flags of the run whose config is `data` (a merge's: its
     shards' run, as one process; every episode is a function of its unit, so it gives the
     same results), keeping only what differs from the defaults of its benchmark and policy."""
-    full = {k: v for k, v in codec.to_flags(data).items() if k not in SHARD_FLAGS}
+    full = codec.without(codec.to_flags(data), codec.SHARD_FLAGS)
     try:
         base: dict[str, str] = {k: full[k] for k in ("env.type", "policy.type", "policy.path", "output_dir") if k in full}
         defaults = codec.to_flags(config_from_flags(base).to_dict())

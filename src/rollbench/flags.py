@@ -9,6 +9,7 @@ import os
 import re
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from rollbench.config.codec import to_flags
 from rollbench.config.env import BENCHMARKS, BenchmarkConfig
@@ -116,24 +117,31 @@ def policy_from_flags(policy_flags: dict[str, str]) -> PolicyConfig:
             ptype, factory = "lerobot", POLICIES.get("lerobot")
         except ConfigError as err:
             raise ConfigError(f"--policy.type={ptype!r}: {err}") from None
-        own = getattr(factory, "options_class", None)  # a type's own flags, a dataclass
-        takes = [f.name for f in dataclasses.fields(own)] if own is not None else []
-        clash = sorted(set(takes) & known)
-        if clash and own is not None:  # `--policy.<name>` would set PolicyConfig's field, never the type's own
-            raise ConfigError(
-                f"--policy.type={ptype}: its options ({own.__name__}) declare {', '.join(clash)}, a flag every "
-                f"policy type takes (--policy.{clash[0]}); the plugin must give its own flag another name"
-            )
-        if own is not None or not getattr(factory, "accepts_options", False):
-            for key in options:
-                if key not in takes:
-                    hint = did_you_mean(key, sorted(known | set(takes)), "--policy.{}".format)
-                    its = f" Known: {', '.join('--policy.' + n for n in takes)}." if takes else ""
-                    raise ConfigError(f"unknown flag --policy.{key} for --policy.type={ptype}.{hint}{its} "
-                                      f"See `rollbench eval --help`.")
-        if own is not None and options:
-            # each value checked now and spelled as its type spells it, so that `--policy.chunk_size=03`
-            # is the run `=3` is (a run's identity compares the options), and a bad value is refused here
-            typed = to_flags(dataclasses.asdict(build(own, options, "policy.")))
-            options = {key: typed.get(key, value) for key, value in options.items()}
+        options = _own_options(ptype, factory, options, known)
     return build(PolicyConfig, base, "policy.", options=options)
+
+
+def _own_options(ptype: str, factory: Any, options: dict[str, str], known: set[str]) -> dict[str, str]:
+    """A policy type's own `--policy.*` flags, each checked and spelled as its type spells it;
+    one the type does not take is a one-line error with a did-you-mean."""
+    own = getattr(factory, "options_class", None)  # a type's own flags, a dataclass
+    takes = [f.name for f in dataclasses.fields(own)] if own is not None else []
+    clash = sorted(set(takes) & known)
+    if clash and own is not None:  # `--policy.<name>` would set PolicyConfig's field, never the type's own
+        raise ConfigError(
+            f"--policy.type={ptype}: its options ({own.__name__}) declare {', '.join(clash)}, a flag every "
+            f"policy type takes (--policy.{clash[0]}); the plugin must give its own flag another name"
+        )
+    if own is not None or not getattr(factory, "accepts_options", False):
+        for key in options:
+            if key not in takes:
+                hint = did_you_mean(key, sorted(known | set(takes)), "--policy.{}".format)
+                its = f" Known: {', '.join('--policy.' + n for n in takes)}." if takes else ""
+                raise ConfigError(f"unknown flag --policy.{key} for --policy.type={ptype}.{hint}{its} "
+                                  f"See `rollbench eval --help`.")
+    if own is None or not options:
+        return options
+    # each value checked now and spelled as its type spells it, so that `--policy.chunk_size=03`
+    # is the run `=3` is (a run's identity compares the options), and a bad value is refused here
+    typed = to_flags(dataclasses.asdict(build(own, options, "policy.")))
+    return {key: typed.get(key, value) for key, value in options.items()}

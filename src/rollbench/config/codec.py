@@ -18,6 +18,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+#: The flags that someone other than the user sets, in one place (each list replaces the user's
+#: values of its flags where it applies):
+#: a shard's own, not the run's: a command that reruns the whole run drops them (`rollbench merge`)
+SHARD_FLAGS = ("eval.shard_id", "eval.num_shards", "launch", "resume")
+#: what a `--launch=local` launcher sets for each child: which shard, that it launches nothing,
+#: where it writes, that it resumes (the launcher applied --resume=false once, for all of them)
+CHILD_FLAGS = ("eval.shard_id", "launch", "output_dir", "resume")
+#: what `rollbench tune` recommends (the scheduling settings, and the tune flags that asked for
+#: them): its suggested command, and a launcher's `--workers=auto` children, get its values
+TUNED_FLAGS = ("workers", "slots_per_worker", "eval.batch_size", "policy.max_batch_size", "eval.use_async_envs",
+               "eval.mode", "policy.placement", "render_device", "eval.num_shards", "launch", "tune.budget_s",
+               "tune.output", "tune.load", "tune.reprobe")
+
+
+def without(flags: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
+    """`flags` less those of `names` (one of the lists above)."""
+    return {k: v for k, v in flags.items() if k not in names}
+
 
 def to_flags(data: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     """Flag name (without `--`) -> value: nested sections become dotted names, a benchmark's

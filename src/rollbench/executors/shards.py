@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from rollbench.config.codec import to_argv
+from rollbench.config.codec import CHILD_FLAGS, to_argv, without
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError
 from rollbench.executors.base import Executor, Run
@@ -56,8 +56,6 @@ CHILD_ENV = "ROLLBENCH_LAUNCHED_BY"
 POLL_S = 1.0
 STOP_GRACE_S = 10.0
 TAIL_LINES = 15
-# flags the launcher sets per child; the user's values are replaced
-_CHILD_FLAGS = ("eval.shard_id", "launch", "output_dir", "resume")
 
 
 def child_env(base: dict[str, str], gl: str, gpu: Gpu | None) -> dict[str, str]:
@@ -100,7 +98,7 @@ def read_shard_facts(output_dir: str | Path, shard_id: int) -> dict[str, Any] | 
 
 def user_flags(flags: dict[str, str], cfg: RunConfig) -> list[str]:
     """The user's flags minus those the launcher sets, plus the resolved output_dir."""
-    out = to_argv({k: v for k, v in flags.items() if k not in _CHILD_FLAGS})
+    out = to_argv(without(flags, CHILD_FLAGS))
     if cfg.policy.commit and "policy.commit" not in flags:  # a hub checkpoint: found in the cache by it
         out.append(f"--policy.commit={cfg.policy.commit}")
     return [*out, f"--output_dir={cfg.output_dir}"]

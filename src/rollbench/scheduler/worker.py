@@ -14,7 +14,7 @@ Messages from the driver (a `multiprocessing` pipe):
 
 Replies: ("stepped", Report) in driver placement; ("report", Report) whenever episodes end
 in worker placement, where the worker runs the policy itself and steps its slots without
-a round trip. ("fatal", text) for an error that dooms the whole run (a bad policy).
+a round trip. ("fatal", text, kind) for an error that dooms the whole run (a bad policy; kind: its class).
 
 Observations go to the driver through the worker's `SlotBuffer` (shared memory) when the
 benchmark's observation space is flat (Box / Dict of Box); otherwise they are pickled.

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rollbench.config.codec import to_argv
+from rollbench.config.codec import TUNED_FLAGS, to_argv, to_flags, without
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError
 from rollbench.plan import EpisodeUnit, plan_for, shard
@@ -259,31 +259,26 @@ def _recommendation_lines(rec: Recommendation) -> list[str]:
     return lines
 
 
-_SET_BY_TUNE = ("workers", "slots_per_worker", "eval.batch_size", "policy.max_batch_size", "eval.use_async_envs",
-                "eval.mode", "policy.placement",
-                "render_device", "eval.num_shards", "launch", "tune.budget_s", "tune.output", "tune.load", "tune.reprobe")
-
-
 def recommended_flags(rec: Recommendation) -> list[str]:
-    out = []
+    """The recommendation as `rollbench eval` flags (every one of them in `codec.TUNED_FLAGS`)."""
+    out: dict[str, Any] = {}
     if rec.mode == "continuous":
-        out += [f"--workers={rec.workers}", f"--slots_per_worker={rec.slots_per_worker}"]
-        if rec.max_rows_per_call is not None:
-            out.append(f"--policy.max_batch_size={rec.max_rows_per_call}")
+        out.update({"workers": rec.workers, "slots_per_worker": rec.slots_per_worker,
+                    "policy.max_batch_size": rec.max_rows_per_call})
     else:
         # the batch's envs step in --workers env workers (in parallel when more than one)
-        out += ["--eval.mode=lockstep", f"--eval.batch_size={rec.envs_per_batch}", f"--workers={rec.workers}"]
-    out.append(f"--render_device={rec.render_device}")
+        out.update({"eval.mode": "lockstep", "eval.batch_size": rec.envs_per_batch, "workers": rec.workers})
+    out["render_device"] = rec.render_device
     if rec.use_amp:
-        out.append("--policy.use_amp=true")
+        out["policy.use_amp"] = True
     if rec.num_shards > 1:
-        out += [f"--eval.num_shards={rec.num_shards}", "--launch=local"]
-    return out
+        out.update({"eval.num_shards": rec.num_shards, "launch": "local"})
+    return to_argv(to_flags(out))
 
 
 def eval_command(flags: dict[str, str], rec: Recommendation) -> str:
     """The user's flags with the recommended settings in place of the scheduling ones."""
-    keep = to_argv({k: v for k, v in flags.items() if k not in _SET_BY_TUNE and k != "policy.use_amp"})
+    keep = to_argv(without(flags, (*TUNED_FLAGS, "policy.use_amp")))
     if "policy.use_amp" in flags and not rec.use_amp:
         keep.append(f"--policy.use_amp={flags['policy.use_amp']}")
     return shlex.join(["rollbench", "eval", *keep, *recommended_flags(rec)])
