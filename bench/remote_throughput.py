@@ -29,8 +29,8 @@ def _pct(xs: list[float], q: float) -> float:
 
 def latency(env: str, calls: int) -> dict[str, object]:
     from rollbench.config.policy import PolicyConfig
+    from rollbench.episode.context import StepContext
     from rollbench.policies.base import EpisodeStart
-    from rollbench.scheduler.common import StepContext
     from rollbench.serve import BackgroundServer, build_server
 
     flags = {"policy.type": "expert", "env.type": env, "port": "0", "serve.max_wait_ms": "0"}

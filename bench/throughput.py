@@ -174,8 +174,8 @@ def lerobot_style(flags: dict[str, str], batch_size: int) -> Outcome:
     """lerobot-eval's rollout loop, without its harness: sequential tasks, one sync batch."""
     import gymnasium as gym
 
-    from rollbench.rollout import EpisodeTracker, split_vector_info
-    from rollbench.scheduler.common import StepContext
+    from rollbench.episode.context import StepContext
+    from rollbench.episode.tracker import EpisodeTracker, split_vector_info
 
     cfg = config_from_flags(flags)
     ctx = StepContext(cfg.env, cfg.policy)

@@ -145,7 +145,7 @@ def _arg(i, name):
 
 _batch = _arg(1, "batch")
 _WRAP = {
-    "rollbench.scheduler.common": [("StepContext", "act", "act", lambda a, k: len(_arg(3, "slots")(a, k)))],
+    "rollbench.episode.context": [("StepContext", "act", "act", lambda a, k: len(_arg(3, "slots")(a, k)))],
     "lerobot.policies.act.modeling_act": [
         ("ACTPolicy", "select_action", "select_action", lambda a, k: _lead(_batch(a, k))),
         ("ACTPolicy", "predict_action_chunk", "net", lambda a, k: _lead(_batch(a, k))),

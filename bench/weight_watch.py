@@ -23,9 +23,9 @@ import torch
 from lerobot_helpers import make_checkpoint
 from rollbench.benchmarks.fake import FakeConfig
 from rollbench.config.policy import PolicyConfig
+from rollbench.episode.context import StepContext
 from rollbench.policies.base import EpisodeStart
 from rollbench.policies.weights import WeightWatch
-from rollbench.scheduler.common import StepContext
 
 
 def per_call_us(fn: Callable[[], Any], n: int, repeats: int) -> float:

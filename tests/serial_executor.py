@@ -14,13 +14,13 @@ from typing import Any
 
 from rollbench.config.fields import opt
 from rollbench.config.run import RunConfig
+from rollbench.episode.context import StepContext, play_episode
 from rollbench.errors import RollbenchError
 from rollbench.executors import EXECUTORS
 from rollbench.executors.base import Executor, Run
 from rollbench.policies.base import Policy
 from rollbench.results.eval_info import ExecutionFacts
 from rollbench.results.records import EpisodeRecord
-from rollbench.scheduler.common import StepContext, play_episode
 
 
 @dataclass(frozen=True)

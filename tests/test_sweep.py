@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from conftest import load_info, per_episode, run_subprocess
 from rollbench import perturb
 from rollbench.cli import config_from_flags
+from rollbench.episode.context import StepContext
 from rollbench.plan import plan_for
 from rollbench.policies.base import Policy
 from rollbench.results.log import read_records
-from rollbench.scheduler.common import StepContext
 from test_resume import start_and_stop
 
 SWEEP = ("--eval.perturb=action.noise=0,0.3,1.5;action.latency=2", "--eval.perturb=state.noise=0.4",

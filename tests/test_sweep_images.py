@@ -15,8 +15,8 @@ import pytest
 from conftest import run_subprocess
 from rollbench import perturb
 from rollbench.cli import config_from_flags
+from rollbench.episode.context import StepContext
 from rollbench.plan import plan_for
-from rollbench.scheduler.common import StepContext
 from test_sweep import every_episode, states_seen
 
 LEVELS = {"image.noise": 0.1, "image.blur": 1.5, "image.brightness": 0.5, "image.contrast": 0.3,

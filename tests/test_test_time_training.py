@@ -19,11 +19,11 @@ import torch
 from conftest import load_info, per_episode
 from rollbench.benchmarks.fake import FakeConfig
 from rollbench.config.policy import PolicyConfig
+from rollbench.episode.context import StepContext
 from rollbench.errors import ConfigError, PolicyError
 from rollbench.policies.base import EpisodeStart
 from rollbench.policies.module import ModulePolicy
 from rollbench.policies.weights import FreshWeights, WeightWatch
-from rollbench.scheduler.common import StepContext
 from ttt_policy import SelfTrainingPolicy
 
 TTT = ("eval", "--env.type=fake", "--policy.type=module", "--policy.path=ttt_policy:make", "--eval.n_episodes=4")

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rollbench.config.run import RunConfig
+from rollbench.episode.context import StepContext
 from rollbench.errors import RollbenchError
 from rollbench.executors import EXECUTORS
 from rollbench.executors.base import Executor, Run
@@ -36,7 +37,6 @@ from rollbench.policies.base import Policy
 from rollbench.rendering import apply_backend
 from rollbench.results.eval_info import ExecutionFacts
 from rollbench.results.records import EpisodeRecord
-from rollbench.scheduler.common import StepContext
 from rollbench.scheduler.continuous import ContinuousScheduler
 from rollbench.scheduler.decide import Cluster, Schedule, decide
 from rollbench.scheduler.pool import STARTING, WorkerPool

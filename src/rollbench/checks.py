@@ -10,13 +10,13 @@ from pathlib import Path
 
 from rollbench import perturb, writable
 from rollbench.config.run import RunConfig
+from rollbench.episode.context import StepContext
 from rollbench.errors import ConfigError
 from rollbench.plan import EpisodeUnit, plan_for
 from rollbench.rendering import check_user_backend
 from rollbench.results import eval_info
 from rollbench.results.dataset import PARTS_DIR
 from rollbench.results.log import EPISODES_DIR
-from rollbench.scheduler.common import StepContext
 from rollbench.stopping.versus import precheck
 
 

@@ -285,12 +285,10 @@ def _first_observation(bench: Any, seed: int) -> tuple[str, Any, Any]:
 
 
 def cmd_check(flags: dict[str, str]) -> int:
-    # lazy: a plugin, loaded by name (registry.py) or by `rollbench check`
-    from rollbench.policies.lerobot import OWNS_ENV_PROCESSORS, check_checkpoint_dir, read_config
+    from rollbench.episode.context import StepContext, stack_any  # lazy: `rollbench check` only
+    from rollbench.policies.lerobot import OWNS_ENV_PROCESSORS, check_checkpoint_dir, read_config  # lazy: a plugin
     from rollbench.policies.lerobot_check import observed, preflight, table  # lazy: `rollbench check` only
     from rollbench.rendering import apply_backend, check_user_backend, choose_backend  # lazy: `rollbench check` only
-    from rollbench.scheduler.common import StepContext  # lazy: `rollbench check` only
-    from rollbench.scheduler.shm import stack_any  # lazy: `rollbench check` only
 
     cfg = config_from_flags(flags)
     if cfg.policy.type != "lerobot":

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rollbench import writable
 from rollbench.config.run import RunConfig
+from rollbench.episode.context import PolicyCalls
 from rollbench.plan import EpisodeUnit, plan_for
 from rollbench.results import dataset, eval_info, video
 from rollbench.results.eval_info import EvalInfo, ExecutionFacts
@@ -29,7 +30,6 @@ from rollbench.results.log import EPISODES_DIR, read_records
 from rollbench.results.merge import Merged, merge
 from rollbench.results.summary import seed_results
 from rollbench.results.sweep import per_condition
-from rollbench.scheduler.common import PolicyCalls
 from rollbench.stopping import adaptive, section
 from rollbench.stopping.rules import stop_rule
 

@@ -6,7 +6,7 @@
 
 A condition is part of a unit (`EpisodeUnit.condition`): episode i of condition c is the
 control's episode i (its seed, its episode index) with the condition's axes applied at the
-boundary between env and policy (`scheduler.common.StepContext`), so a perturbed episode is
+boundary between env and policy (`episode.context.StepContext`), so a perturbed episode is
 a function of (condition, task, i), whatever ran beside it. Every draw of an axis comes from
 a generator seeded by (the episode's seed, the axis and its level, the camera, the step), never
 by the rest of the condition: a retried call draws the same, and conditions that share an
@@ -403,7 +403,7 @@ class Sensor:
     """A condition's sensor axes (state.noise, image.*): what the robot's sensors give at step
     `step` of the episode with `seed`, from the env's features of one row. A function of
     (condition, seed, step, row): the policy's view (`Perturber.inputs`) and the recorded
-    frame (`rollout.Frames`) are the same draws."""
+    frame (`episode.tracker.Frames`) are the same draws."""
 
     def __init__(self, cond: Condition, seed: int) -> None:
         self.seed = seed

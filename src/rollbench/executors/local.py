@@ -16,6 +16,7 @@ from typing import Any
 
 from rollbench import timeline, tune
 from rollbench.config.run import RunConfig
+from rollbench.episode.context import StepContext
 from rollbench.executors.base import Executor, Run
 from rollbench.executors.shards import LocalShardsExecutor, ShardChild, launched_child
 from rollbench.policies.base import Policy
@@ -24,7 +25,6 @@ from rollbench.results.eval_info import ExecutionFacts
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.video import check_encoder
 from rollbench.results.video_cost import warn_if_costly
-from rollbench.scheduler.common import StepContext
 from rollbench.scheduler.continuous import run_continuous
 from rollbench.scheduler.decide import Schedule, decide
 from rollbench.scheduler.lockstep import run_lockstep

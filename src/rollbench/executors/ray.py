@@ -49,13 +49,13 @@ from pathlib import Path
 from typing import Any
 
 from rollbench.config.run import RunConfig
+from rollbench.episode.context import StepContext
 from rollbench.errors import ConfigError, PolicyError, RollbenchError, WorkerError, message_line
 from rollbench.executors.base import Executor, Run
 from rollbench.policies.base import Policy
 from rollbench.rendering import apply_backend
 from rollbench.results.eval_info import ExecutionFacts
 from rollbench.results.records import EpisodeRecord
-from rollbench.scheduler.common import StepContext
 from rollbench.scheduler.continuous import ContinuousScheduler
 from rollbench.scheduler.decide import Cluster, Schedule, check_cluster_mode, decide, decide_mode
 from rollbench.scheduler.pool import Link, WorkerPool

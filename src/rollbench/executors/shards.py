@@ -35,6 +35,7 @@ from typing import IO, Any
 
 from rollbench.config.codec import CHILD_FLAGS, to_argv, without
 from rollbench.config.run import RunConfig
+from rollbench.episode.context import PolicyCalls
 from rollbench.errors import ConfigError
 from rollbench.executors.base import Executor, Run
 from rollbench.plan import EpisodeUnit, shard
@@ -45,7 +46,7 @@ from rollbench.results.merge import Merged
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.sink import Logged, RecordSink
 from rollbench.results.store import write_json_atomic
-from rollbench.scheduler.common import PolicyCalls, cpu_count
+from rollbench.scheduler.common import cpu_count
 
 log = logging.getLogger(__name__)
 

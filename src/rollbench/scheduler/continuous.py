@@ -28,12 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from rollbench.episode.context import HELD_POLL_S, PolicyWatch, StepContext, act_surviving, stack_any
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
 from rollbench.results.records import EpisodeRecord
-from rollbench.scheduler.common import HELD_POLL_S, PolicyWatch, StepContext, act_surviving
 from rollbench.scheduler.pool import PoolOptions, Transport, WorkerHandle, WorkerPool, flat_layout, retry_or_fail
-from rollbench.scheduler.shm import stack_any
 from rollbench.scheduler.worker import Report, SlotError
 from rollbench.stopping.adaptive import Stops
 

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rollbench.config.run import RunConfig
+from rollbench.episode.video import VideoPlan
 from rollbench.errors import ConfigError
 from rollbench.rendering import Gpu, choose_backend, user_backend
-from rollbench.rollout import VideoPlan
 from rollbench.scheduler.common import cpu_count, driver_threads
 from rollbench.scheduler.lockstep import LockstepOptions
 from rollbench.scheduler.pool import PoolOptions

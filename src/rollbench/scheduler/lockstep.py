@@ -34,16 +34,16 @@ import numpy as np
 from rollbench.benchmarks.frames import RENDER_VIDEO
 from rollbench.config.env import set_condition, set_episode_index
 from rollbench.config.eval import RecordRule
+from rollbench.episode.context import HELD_POLL_S, PolicyWatch, StepContext, stack_any, take_row
+from rollbench.episode.tracker import EpisodeTracker, split_vector_info
+from rollbench.episode.video import VideoPlan, grab_frame
 from rollbench.errors import EpisodesLost, WorkerError, error_line
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
 from rollbench.rendering import gl_failure_hint
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.video import VideoRecorder
-from rollbench.rollout import EpisodeTracker, VideoPlan, grab_frame, split_vector_info
-from rollbench.scheduler.common import HELD_POLL_S, PolicyWatch, StepContext, take_row
 from rollbench.scheduler.pool import PoolOptions, WorkerHandle, WorkerPool, flat_layout, retry_or_fail
-from rollbench.scheduler.shm import stack_any
 from rollbench.scheduler.worker import SlotError
 from rollbench.stopping.adaptive import Stops
 

@@ -27,12 +27,12 @@ from typing import Any, Protocol
 
 from rollbench import forkserver
 from rollbench.config.eval import RecordRule
+from rollbench.episode.context import StepContext
+from rollbench.episode.video import VideoPlan
 from rollbench.errors import ConfigError, PolicyError, WorkerError
 from rollbench.plan import EpisodeUnit
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.store import pid_alive
-from rollbench.rollout import VideoPlan
-from rollbench.scheduler.common import StepContext
 from rollbench.scheduler.shm import ArraySpec, SlotBuffer, obs_layout, shm_dir
 from rollbench.scheduler.worker import IN_POLICY, WorkerSpec, worker_main
 

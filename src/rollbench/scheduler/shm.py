@@ -98,9 +98,3 @@ class SlotBuffer:
                 pass
 
 
-def stack_any(obs_list: Sequence[Any]) -> Any:
-    """Stack observations with no flat layout (pickled path): dicts key by key."""
-    first = obs_list[0]
-    if isinstance(first, Mapping):
-        return {k: stack_any([o[k] for o in obs_list]) for k in first}
-    return np.stack([np.asarray(o) for o in obs_list])

@@ -36,13 +36,14 @@ from typing import Any
 from rollbench.config.env import BenchmarkConfig
 from rollbench.config.eval import RecordRule
 from rollbench.config.policy import PolicyConfig
+from rollbench.episode.context import StepContext, stack_any
+from rollbench.episode.tracker import EpisodeTracker
+from rollbench.episode.video import VideoPlan, grab_frame
 from rollbench.errors import EpisodesLost, PolicyError, RollbenchError
 from rollbench.plan import EpisodeUnit
 from rollbench.rendering import apply_backend, gl_failure_hint
 from rollbench.results.video import VideoRecorder
-from rollbench.rollout import EpisodeTracker, VideoPlan, grab_frame
-from rollbench.scheduler.common import StepContext
-from rollbench.scheduler.shm import ArraySpec, SlotBuffer, stack_any
+from rollbench.scheduler.shm import ArraySpec, SlotBuffer
 
 #: the mark a worker leaves in its header while its own policy runs (worker placement): a
 #: hang or death then is the policy call's, on the episodes of the slots it runs

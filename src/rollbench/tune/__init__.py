@@ -26,11 +26,12 @@ from typing import Any
 
 from rollbench.config.codec import TUNED_FLAGS, to_argv, to_flags, without
 from rollbench.config.run import RunConfig
+from rollbench.episode.context import StepContext
 from rollbench.errors import ConfigError
 from rollbench.plan import EpisodeUnit, plan_for, shard
 from rollbench.policies.base import Policy
 from rollbench.rendering import check_user_backend, choose_backend, osmesa_loadable, user_backend
-from rollbench.scheduler.common import StepContext, cpu_count
+from rollbench.scheduler.common import cpu_count
 from rollbench.scheduler.shm import obs_layout
 from rollbench.tune.figures import (
     SCHEMA,

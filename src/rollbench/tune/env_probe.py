@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollbench.config.run import RunConfig
+from rollbench.episode.video import grab_frame
 from rollbench.plan import EpisodeUnit
 from rollbench.rendering import apply_backend
-from rollbench.rollout import grab_frame
 from rollbench.tune.figures import EnvProbe, Figure, estimated, measured
 from rollbench.tune.probe_process import (
     FRAMES,

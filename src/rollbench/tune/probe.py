@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from rollbench.config.run import RunConfig
+from rollbench.episode.context import StepContext, stack_any
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
-from rollbench.scheduler.common import StepContext, cpu_count
-from rollbench.scheduler.shm import stack_any
+from rollbench.scheduler.common import cpu_count
 from rollbench.tune.figures import (
     Figure,
     GpuInfo,

@@ -24,12 +24,12 @@ from typing import Any
 
 from rollbench import forkserver
 from rollbench.config.run import RunConfig
+from rollbench.episode.context import StepContext, stack_any
+from rollbench.episode.tracker import EpisodeTracker
+from rollbench.episode.video import grab_frame
 from rollbench.errors import RollbenchError
 from rollbench.plan import EpisodeUnit
 from rollbench.rendering import apply_backend
-from rollbench.rollout import EpisodeTracker, grab_frame
-from rollbench.scheduler.common import StepContext
-from rollbench.scheduler.shm import stack_any
 
 #: the first steps of a fresh env are not the run's steady state (caches, lazy set-up)
 WARM_SKIP_STEPS = 10
