@@ -97,16 +97,7 @@ class ThreadLink:
             os.environ["OMP_NUM_THREADS"] = str(spec.threads)
             if "torch" in sys.modules:
                 sys.modules["torch"].set_num_threads(spec.threads)
-            worker = Worker(spec, self.conn)
-            try:
-                if spec.policy is not None:
-                    worker.run_worker_placement()
-                else:
-                    worker.run_driver_placement()
-            finally:
-                worker.close()
-                if worker.policy is not None:
-                    worker.policy.close()
+            Worker(spec, self.conn).run()
         except (EOFError, BrokenPipeError):
             pass  # the driver closed this worker's channel
         except Exception as e:  # the loop's end, told to the driver

@@ -127,15 +127,7 @@ class RolloutActor:
 
     def _loop(self) -> None:
         try:
-            try:
-                if self.worker.spec.policy is not None:
-                    self.worker.run_worker_placement()
-                else:
-                    self.worker.run_driver_placement()
-            finally:
-                self.worker.close()
-                if self.worker.policy is not None:
-                    self.worker.policy.close()
+            self.worker.run()
         except RollbenchError as err:
             self.channel.outbox.put(("fatal", str(err), type(err).__name__))
         except Exception as err:

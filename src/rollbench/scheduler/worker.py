@@ -312,6 +312,20 @@ class Worker:
             return False
         return True
 
+    def run(self) -> None:
+        """The worker's loop until `stop` (its placement's: with its own policy, or envs only
+        for the driver's), then its videos finished, its envs and its own policy closed. The
+        errors that end it are the caller's to report (`("fatal", text, kind)`)."""
+        try:
+            if self.spec.policy is not None:
+                self.run_worker_placement()
+            else:
+                self.run_driver_placement()
+        finally:
+            self.close()
+            if self.policy is not None:  # worker placement: this worker's own (a connection, a model's memory)
+                self.policy.close()
+
     def run_driver_placement(self) -> None:
         while self.handle(self.conn.recv()):
             pass
@@ -383,15 +397,7 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
         print(f"worker {spec.index} (pid {os.getpid()}): MUJOCO_GL={spec.gl_backend}, {spec.threads} OpenMP/torch "
               f"threads", file=sys.stderr, flush=True)
         worker.buffer.touch()
-        try:
-            if spec.policy is not None:
-                worker.run_worker_placement()
-            else:
-                worker.run_driver_placement()
-        finally:
-            worker.close()
-            if worker.policy is not None:  # worker placement: this worker's own (a connection, a model's memory)
-                worker.policy.close()
+        worker.run()
         peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
         print(f"worker {spec.index} (pid {os.getpid()}) done: peak RSS {peak_mib:.0f} MiB", file=sys.stderr, flush=True)
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
