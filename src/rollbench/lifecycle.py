@@ -32,7 +32,7 @@ from rollbench.executors.base import Executor, Run
 from rollbench.opening import open_run
 from rollbench.plan import EpisodeUnit
 from rollbench.results.eval_info import EvalInfo
-from rollbench.results.merge import read_merged
+from rollbench.results.merge import Merged, read_merged
 
 
 @dataclass(frozen=True)
@@ -99,16 +99,19 @@ def _run(cfg: RunConfig, executor: Executor, plan: list[EpisodeUnit], opened: li
         raise _disk_full(err, cfg, plan, executor) from err
     finally:
         executor.close()
-    failed = sum(1 for u in run.units if u.key in merged.records and not merged.records[u.key].ok)  # counted units
-    return RunOutcome(run.output_dir, info, ran, failed, executor.describe(), problems)
+    return RunOutcome(run.output_dir, info, ran, _failed(run, merged), executor.describe(), problems)
 
 
 def _handed_over(run: Run, executor: Executor, plan: list[EpisodeUnit], ran: int) -> RunOutcome:
     """A run another process closes (a `--launch=local` child): no eval_info.json, report or
     dataset of its own; how many of its share failed."""
-    records = read_merged(run.output_dir, plan).records
-    failed = sum(1 for u in run.units if u.key in records and not records[u.key].ok)
-    return RunOutcome(run.output_dir, None, ran, failed, executor.describe(), [])
+    return RunOutcome(run.output_dir, None, ran, _failed(run, read_merged(run.output_dir, plan)), executor.describe(), [])
+
+
+def _failed(run: Run, merged: Merged) -> int:
+    """Units of this run's share logged as failed, of those that count (`merged`: an adaptive
+    run's, each task's prefix)."""
+    return sum(1 for u in run.units if u.key in merged.records and not merged.records[u.key].ok)
 
 
 def _disk_full(err: OSError, cfg: RunConfig, plan: list[EpisodeUnit], executor: Executor) -> DiskFull:
