@@ -78,5 +78,5 @@ def _left(cfg: RunConfig, output_dir: Path, merged: Merged, units: list[EpisodeU
                                  conditions[u.condition]))
         return [u for u in todo if stops.wanted(u)]
 
-    done = done_with_frames(cfg, output_dir, merged, merged.done_keys(), still_to_do)
+    done = done_with_frames(cfg, output_dir, merged, still_to_do)
     return done, still_to_do(done)

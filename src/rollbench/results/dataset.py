@@ -443,12 +443,13 @@ def part_writer(cfg: RunConfig, output_dir: Path) -> PartWriter | None:
     return PartWriter(output_dir, cfg.env.fps, repo_id, instruction_of(cfg), cfg.eval.is_sweep)
 
 
-def done_with_frames(cfg: RunConfig, output_dir: Path, merged: Merged, finished: set[UnitKey],
+def done_with_frames(cfg: RunConfig, output_dir: Path, merged: Merged,
                      still_to_do: Callable[[frozenset[UnitKey]], list[Any]]) -> frozenset[UnitKey]:
-    """Of the finished units, those a resumed recording run need not run again: an episode
+    """Of the finished units of `merged`, those a resumed recording run need not run again: an episode
     logged without its frames (a run resumed with --eval.recording added) runs again; a
     finished run's episodes are in its dataset (their parts removed), which is kept if
     nothing more runs, else joined anew: then they run again for their frames."""
+    finished = merged.done_keys()
     recording = cfg.eval.record_mode
     if recording is None:
         return frozenset(finished)
