@@ -26,8 +26,8 @@ from rollbench.episode.context import PolicyCalls
 from rollbench.plan import EpisodeUnit, plan_for
 from rollbench.results import dataset, eval_info, video
 from rollbench.results.eval_info import EvalInfo, ExecutionFacts
-from rollbench.results.log import EPISODES_DIR, read_records
-from rollbench.results.merge import Merged, merge
+from rollbench.results.log import EPISODES_DIR
+from rollbench.results.merge import Merged, read_merged
 from rollbench.results.summary import seed_results
 from rollbench.results.sweep import per_condition
 from rollbench.stopping import adaptive, section
@@ -53,7 +53,7 @@ class Closing:
 def close_run(output_dir: Path, cfg: RunConfig, plan: list[EpisodeUnit], closing: Closing) -> tuple[Merged, EvalInfo]:
     """Merge every log under `output_dir` once into one EvalInfo and write it atomically; the
     merged records that count (an adaptive run: each task's prefix, plan included)."""
-    merged = merge(read_records(output_dir, recursive=closing.recursive), plan)
+    merged = read_merged(output_dir, plan, recursive=closing.recursive)
     _warn(output_dir, merged, closing.recursive)
     rule = closing.rule
     if rule is not None:
