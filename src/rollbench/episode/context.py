@@ -24,7 +24,7 @@ from rollbench import perturb, timeline
 from rollbench.config.env import BenchmarkConfig
 from rollbench.config.eval import RecordRule
 from rollbench.config.policy import PolicyConfig
-from rollbench.episode.tracker import EpisodeTracker
+from rollbench.episode.tracker import EpisodeTracker, take_row
 from rollbench.errors import ConfigError, EpisodesLost, PolicyError, PolicyHang
 from rollbench.perturb import Perturber
 from rollbench.plan import EpisodeUnit
@@ -438,13 +438,6 @@ def take_rows(batch: Any, rows: Sequence[int]) -> Any:
     if isinstance(batch, dict):
         return {k: take_rows(v, rows) for k, v in batch.items()}
     return np.asarray(batch)[np.asarray(rows, dtype=np.intp)]
-
-
-def take_row(batch: Any, row: int) -> Any:
-    """Row `row` of a batched observation, without the batch axis."""
-    if isinstance(batch, dict):
-        return {k: take_row(v, row) for k, v in batch.items()}
-    return np.asarray(batch)[row]
 
 
 def act_surviving(

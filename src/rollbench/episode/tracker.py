@@ -1,26 +1,31 @@
-"""One episode, from its unit to its record: shared by every scheduling mode.
+r"""One episode, from its unit to its record: the one place an env is reset and stepped.
 
-    tracker = EpisodeTracker.of(bench, unit)    # what the episode has done so far
-    obs = tracker.reset(bench, env)             # reset `env` into the unit (index, seed)
-    obs, ended = tracker.step(bench, env, obs, action)   # one env step, accounted
-    record = tracker.record(worker)             # once it ended
+    tracker = EpisodeTracker.of(bench, unit, record_mode, filming, attempt)
+    obs = tracker.reset(bench, env)             # reset `env` into the unit (index, seed); first frame
+    obs, ended = tracker.step(bench, env, obs, action)   # one env step, accounted and filmed
+    record = tracker.record(worker, attempt)    # once it ended (its video in place first)
+    tracker.drop()                              # or: it will not end (an error, a cancel)
 
 An env worker's slots, tune's probe processes and `episode.context.play_episode` (one
 episode, policy included: what a simple executor calls) step single envs through these
-methods. Lockstep steps a gymnasium vector env instead, all rows at once, because
-lerobot-eval does (its autoreset and batch are what per-action parity needs), and feeds
-each row's step to the row's tracker through `update`.
+methods. Same-process lockstep steps a gymnasium vector env instead, all rows at once,
+because lerobot-eval does (its autoreset and batch are what per-action parity needs):
+`Rows` resets and steps it and hands each row's step to the row's tracker (`update`,
+`Film`). The project's two env steps are these: `EpisodeTracker.step` and `Rows.step`.
 
 An episode ends at termination, truncation or the benchmark's step limit; its success is
 "succeeded at any step" (LeRobot's `any` over the episode, ManiSkill's `success_once`).
-`n_steps` counts every env step taken, the last included.
+`n_steps` counts every env step taken, the last included: the episode's clock is one env
+step per action, kept here alone, so that another clock (a policy that acts every k steps,
+a simulated latency) is a change to this file and its callers' action source, not to the
+schedulers.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +33,7 @@ import numpy as np
 
 from rollbench.config.env import BenchmarkConfig, set_condition, set_episode_index
 from rollbench.config.eval import RecordRule
+from rollbench.episode.video import Film, Filming, vector_frames
 from rollbench.perturb import Sensor
 from rollbench.plan import EpisodeUnit
 from rollbench.results.records import EpisodeRecord
@@ -75,15 +81,21 @@ class EpisodeTracker:
     started: float = field(default_factory=time.monotonic)
     record_mode: RecordRule | None = None  # --eval.recording: which episodes' frames to keep
     frames: Frames | None = None
+    film: Film | None = None  # set: this episode is filmed
 
     def __post_init__(self) -> None:
         if self.record_mode is not None and self.record_mode.wants(self.unit.condition) and self.frames is None:
             self.frames = Frames(Sensor.of(self.unit.condition, self.unit.seed))
 
     @classmethod
-    def of(cls, bench: BenchmarkConfig, unit: EpisodeUnit, record_mode: RecordRule | None = None) -> EpisodeTracker:
-        """The tracker of `unit`'s episode on `bench`: its step limit and success rule."""
-        return cls(unit, bench.effective_max_steps(unit.task), bench.success, record_mode=record_mode)
+    def of(
+        cls, bench: BenchmarkConfig, unit: EpisodeUnit, record_mode: RecordRule | None = None,
+        filming: Filming | None = None, attempt: int = 0,
+    ) -> EpisodeTracker:
+        """The tracker of `unit`'s episode on `bench`: its step limit and success rule, its
+        frames (--eval.recording) and its video (if `filming` wants it)."""
+        film = filming.film(unit, attempt) if filming is not None else None
+        return cls(unit, bench.effective_max_steps(unit.task), bench.success, record_mode=record_mode, film=film)
 
     def reset(self, bench: BenchmarkConfig, env: Any) -> Any:
         """Reset one env into this unit (its episode index where the benchmark reads one, its
@@ -93,6 +105,8 @@ class EpisodeTracker:
         set_condition(bench, env, [self.unit.condition])
         obs, _ = env.reset(seed=self.unit.seed)
         self.started = time.monotonic()
+        if self.film is not None:
+            self.film.shoot(env)
         return obs
 
     def step(self, bench: BenchmarkConfig, env: Any, obs: Any, action: Any) -> tuple[Any, bool]:
@@ -101,7 +115,10 @@ class EpisodeTracker:
         if self.frames is not None:
             self.frames.acted(bench.to_features(obs), action)
         obs, reward, terminated, truncated, info = env.step(action)
-        return obs, self.update(reward, terminated, truncated, info)
+        ended = self.update(reward, terminated, truncated, info)
+        if self.film is not None and self.film.wants(self.n_steps, ended):
+            self.film.shoot(env)
+        return obs, ended
 
     def update(self, reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any]) -> bool:
         """Account one step; True when the episode has ended."""
@@ -124,7 +141,16 @@ class EpisodeTracker:
             return None
         return self.frames.pack()
 
-    def record(self, worker: str, attempt: int = 0, video_path: str | None = None) -> EpisodeRecord:
+    def drop(self) -> None:
+        """The episode will not end (its env failed, it was cancelled or lost): no video of it."""
+        if self.film is not None:
+            self.film.drop()
+            self.film = None
+
+    def record(self, worker: str, attempt: int = 0) -> EpisodeRecord:
+        """The ended episode's record, its video (if filmed) in place before it."""
+        video_path = self.film.finish() if self.film is not None else None
+        self.film = None
         return EpisodeRecord.from_unit(
             self.unit,
             success=self.success,
@@ -138,6 +164,71 @@ class EpisodeTracker:
             video_path=video_path,
             frames=self.kept_frames(),
         )
+
+
+class Rows:
+    """A gymnasium vector env's rows as the episodes of `units` (lockstep's batch in this
+    process): reset together, stepped together, each row's step accounted and filmed by its
+    tracker. A short batch pads its rows with copies of the first unit; padding rows and
+    rows whose episode ended step on (as lerobot-eval's do) unaccounted."""
+
+    def __init__(
+        self, bench: BenchmarkConfig, vec: Any, units: list[EpisodeUnit], n_envs: int,
+        record_mode: RecordRule | None = None, filming: Filming | None = None,
+    ) -> None:
+        self.bench, self.vec = bench, vec
+        self.padded = units + [units[0]] * (n_envs - len(units))
+        self.trackers = [EpisodeTracker.of(bench, u, record_mode, filming) for u in units]
+        self.active = np.array([i < len(units) for i in range(n_envs)])
+        filmed = filming is not None and any(t.film is not None for t in self.trackers)
+        self.grab = vector_frames(vec, units[0].task, filming.plan.size) if filming is not None and filmed else None
+
+    def running(self) -> list[EpisodeUnit]:
+        return [t.unit for i, t in enumerate(self.trackers) if self.active[i]]
+
+    def reset(self) -> Any:
+        """Every row into its unit (episode index, condition, seed); the first frames."""
+        set_episode_index(self.bench, self.vec, [u.env_index for u in self.padded])
+        set_condition(self.bench, self.vec, [u.condition for u in self.padded])
+        obs, _ = self.vec.reset(seed=[u.seed for u in self.padded])
+        for t in self.trackers:
+            t.started = time.monotonic()
+        self._film(range(len(self.trackers)), ())
+        return obs
+
+    def step(self, obs: Any, actions: Any) -> tuple[Any, list[int]]:
+        """Send `actions` (chosen on `obs`, a row each) to the vector env: (the next
+        observations, the rows whose episode ended at this step)."""
+        live = [int(i) for i in np.flatnonzero(self.active)]
+        recording = [i for i in live if self.trackers[i].frames is not None]
+        if recording:
+            features = self.bench.to_features(obs)
+            for i in recording:
+                frames = self.trackers[i].frames
+                assert frames is not None
+                frames.acted(take_row(features, i), actions[i])
+        obs, rewards, terminated, truncated, info = self.vec.step(actions)
+        infos = split_vector_info(info, len(self.active))
+        ended = [i for i in live if self.trackers[i].update(rewards[i], terminated[i], truncated[i], infos[i])]
+        self._film(live, ended)
+        self.active[ended] = False
+        return obs, ended
+
+    def _film(self, rows: Sequence[int], ended: Sequence[int]) -> None:
+        if self.grab is None:
+            return
+        shot = [i for i in rows if (f := self.trackers[i].film) is not None and f.wants(self.trackers[i].n_steps, i in ended)]
+        for i, frame in zip(shot, self.grab(shot), strict=True):
+            film = self.trackers[i].film
+            assert film is not None
+            film.add(frame)
+
+
+def take_row(batch: Any, row: int) -> Any:
+    """Row `row` of a batched observation, without the batch axis."""
+    if isinstance(batch, dict):
+        return {k: take_row(v, row) for k, v in batch.items()}
+    return np.asarray(batch)[row]
 
 
 def split_vector_info(info: Mapping[str, Any], n: int) -> list[dict[str, Any]]:

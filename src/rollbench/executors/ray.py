@@ -162,9 +162,9 @@ class RolloutActor:
         """The finished videos of the report's records, read and removed here (the driver
         writes them); called in the worker's thread, which owns the recorder."""
         paths = [e[2].video_path for e in report.events if e[0] == "record" and e[2].video_path]
-        if not paths or self.worker.videos is None:
+        if not paths or self.worker.filming is None:
             return []
-        self.worker.videos.close()  # wait until they are encoded (the recorder restarts on the next frame)
+        self.worker.filming.close()  # wait until they are encoded (the recorder restarts on the next frame)
         out = []
         for rel in paths:
             path = Path(self.output_dir) / rel

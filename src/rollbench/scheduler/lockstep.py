@@ -20,29 +20,22 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
-import os
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from rollbench.benchmarks.frames import RENDER_VIDEO
-from rollbench.config.env import set_condition, set_episode_index
 from rollbench.config.eval import RecordRule
-from rollbench.episode.context import HELD_POLL_S, PolicyWatch, StepContext, stack_any, take_row
-from rollbench.episode.tracker import EpisodeTracker, split_vector_info
-from rollbench.episode.video import VideoPlan, grab_frame
-from rollbench.errors import EpisodesLost, WorkerError, error_line
+from rollbench.episode.context import HELD_POLL_S, PolicyWatch, StepContext, stack_any
+from rollbench.episode.tracker import Rows
+from rollbench.episode.video import Filming, VideoPlan
+from rollbench.errors import EpisodesLost
 from rollbench.plan import EpisodeUnit
 from rollbench.policies.base import Policy
-from rollbench.rendering import gl_failure_hint
 from rollbench.results.records import EpisodeRecord
-from rollbench.results.video import VideoRecorder
 from rollbench.scheduler.pool import PoolOptions, WorkerHandle, WorkerPool, flat_layout, retry_or_fail
 from rollbench.scheduler.worker import SlotError
 from rollbench.stopping.adaptive import Stops
@@ -84,8 +77,8 @@ def run_lockstep(
     by slot, and each task gets its own slots). Threads overlap well with async envs, whose
     steps wait on pipes.
     """
-    filmed_here = opts.video is not None and opts.pool is None  # env workers film their own episodes
-    run = _Lockstep(ctx, opts, _Recording(opts.video, VideoRecorder()) if filmed_here and opts.video else None, stops)
+    filming = Filming.of(opts.video) if opts.pool is None else None  # env workers film their own episodes
+    run = _Lockstep(ctx, opts, filming, stops)
     run.watch = PolicyWatch(opts.policy_timeout_s, ctx, policy)
     if opts.pool is not None:
         run.layout = flat_layout(ctx, {u.task for u in units})
@@ -99,43 +92,8 @@ def run_lockstep(
             else:
                 yield from run.parallel(policy, tasks)
     finally:
-        if run.rec is not None:
-            run.rec.recorder.close()
-
-
-@dataclass
-class _Recording:
-    plan: VideoPlan
-    recorder: VideoRecorder
-
-    def grabber(self, vec: Any, label: str) -> Callable[[list[int]], list[Any]]:
-        """rows -> the video frames of those envs of `vec` (an async env renders all of its envs)."""
-        envs = getattr(vec, "envs", None)
-        if envs is not None:
-            return lambda rows: [grab_frame(envs[i], label, self.plan.size) for i in rows]
-        try:
-            # a sub-process dies on a call its env cannot answer: ask first, once per batch
-            video = all(vec.call("has_wrapper_attr", RENDER_VIDEO))
-        except Exception:
-            return lambda rows: [None] * len(rows)
-
-        def frames(rows: list[int]) -> list[Any]:
-            if not rows:
-                return []
-            try:
-                all_frames = vec.call(RENDER_VIDEO, self.plan.size) if video else vec.call("render")
-            except Exception as err:
-                # gymnasium shuts down a sub-process that raised: its envs cannot step on, so the
-                # batch stops here with the reason, not at the next step with a closed pipe's
-                backend = os.environ.get("MUJOCO_GL", "")
-                hint = gl_failure_hint(str(err), backend)
-                raise WorkerError(
-                    f"an env sub-process (--eval.use_async_envs=true) failed to film {label}'s video: {error_line(err)}"
-                    + (f"; {hint}" if hint else "; --eval.max_episodes_rendered=0 turns videos off")
-                ) from None
-            return [all_frames[i] for i in rows]
-
-        return frames
+        if filming is not None:
+            filming.close()
 
 
 def _startable(stops: Stops | None, head: list[EpisodeUnit]) -> int | None:
@@ -156,7 +114,7 @@ def _startable(stops: Stops | None, head: list[EpisodeUnit]) -> int | None:
 class _Lockstep:
     ctx: StepContext
     opts: LockstepOptions
-    rec: _Recording | None  # videos of same-process batches (env workers film their own)
+    filming: Filming | None  # videos of same-process batches (env workers film their own)
     stops: Stops | None = None  # an adaptive run: a batch holds only units still wanted
     layout: Any = None  # env workers: the observation layout of every task
     watch: PolicyWatch = field(default_factory=lambda: PolicyWatch(None))  # bounds each policy call
@@ -247,50 +205,19 @@ class _Lockstep:
         self, policy: Policy, vec: Any, chunk: list[EpisodeUnit], n_envs: int, slot_base: int,
     ) -> Iterator[EpisodeRecord]:
         """One batch: reset every env with its unit's seed, step until all its episodes ended."""
-        ctx, rec = self.ctx, self.rec
-        # a short last batch pads with copies of its first unit; their results are dropped
-        padded = chunk + [chunk[0]] * (n_envs - len(chunk))
+        ctx = self.ctx
+        rows = Rows(ctx.benchmark, vec, chunk, n_envs, self.opts.record_mode, self.filming)
         slots = list(range(slot_base, slot_base + n_envs))
-        set_episode_index(ctx.benchmark, vec, [u.env_index for u in padded])
-        set_condition(ctx.benchmark, vec, [u.condition for u in padded])
-        obs, _ = vec.reset(seed=[u.seed for u in padded])
+        obs = rows.reset()
         with self.watch.call("reset", lambda: chunk):
-            ctx.reset(policy, slots, [ctx.episode_start(u) for u in padded])
-        prompts = [ctx.benchmark.policy_task(u.task) for u in padded]
-        trackers = [EpisodeTracker.of(ctx.benchmark, u, self.opts.record_mode) for u in chunk]
-        active = np.array([i < len(chunk) for i in range(n_envs)])
-        filmed = [i for i, u in enumerate(chunk) if rec is not None and rec.plan.wants(u)]
-        grab = rec.grabber(vec, chunk[0].task) if rec is not None and filmed else None
-        if rec is not None and grab is not None:
-            for i in filmed:
-                rec.recorder.start((chunk[i].key, slot_base), rec.plan.output_dir_path(chunk[i]), rec.plan.rate)
-            for i, frame in zip(filmed, grab(filmed), strict=True):
-                rec.recorder.add((chunk[i].key, slot_base), frame)
-        while active.any():
-            with self.watch.call("act", lambda: [u for i, u in enumerate(chunk) if active[i]]):
+            ctx.reset(policy, slots, [ctx.episode_start(u) for u in rows.padded])
+        prompts = [ctx.benchmark.policy_task(u.task) for u in rows.padded]
+        while rows.active.any():
+            with self.watch.call("act", rows.running):
                 actions = ctx.act(policy, obs, slots, prompts)
-            if self.opts.record_mode is not None:
-                features = ctx.benchmark.to_features(obs)
-                for i in np.flatnonzero(active):
-                    frames = trackers[i].frames
-                    if frames is not None:  # None: --eval.record_conditions=control keeps no perturbed frames
-                        frames.acted(take_row(features, int(i)), actions[i])
-            obs, rewards, terminated, truncated, info = vec.step(actions)
-            infos = split_vector_info(info, n_envs)
-            ended = [
-                int(i) for i in np.flatnonzero(active)
-                if trackers[i].update(rewards[i], terminated[i], truncated[i], infos[i])
-            ]
-            if rec is not None and grab is not None:
-                rows = [i for i in filmed if active[i] and rec.plan.films(trackers[i].n_steps, i in ended)]
-                for i, frame in zip(rows, grab(rows), strict=True):
-                    rec.recorder.add((chunk[i].key, slot_base), frame)
+            obs, ended = rows.step(obs, actions)
             for i in ended:
-                active[i] = False
-                path = None
-                if rec is not None and i in filmed and rec.recorder.finish((chunk[i].key, slot_base)):
-                    path = rec.plan.relpath(chunk[i])  # in place before the record that names it
-                yield trackers[i].record(worker="main", video_path=path)
+                yield rows.trackers[i].record(worker="main")
 
 
 @dataclass

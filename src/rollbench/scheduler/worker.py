@@ -38,11 +38,10 @@ from rollbench.config.eval import RecordRule
 from rollbench.config.policy import PolicyConfig
 from rollbench.episode.context import StepContext, stack_any
 from rollbench.episode.tracker import EpisodeTracker
-from rollbench.episode.video import VideoPlan, grab_frame
+from rollbench.episode.video import Filming, VideoPlan
 from rollbench.errors import EpisodesLost, PolicyError, RollbenchError
 from rollbench.plan import EpisodeUnit
 from rollbench.rendering import apply_backend, gl_failure_hint
-from rollbench.results.video import VideoRecorder
 from rollbench.scheduler.shm import ArraySpec, SlotBuffer
 
 #: the mark a worker leaves in its header while its own policy runs (worker placement): a
@@ -103,7 +102,6 @@ class Slot:
     tracker: EpisodeTracker | None = None
     attempt: int = 0
     obs: Any = None
-    video_key: Any = None  # set while this slot's episode is being recorded
 
 
 class Worker:
@@ -118,7 +116,7 @@ class Worker:
         self.ctx = StepContext(spec.benchmark, spec.policy, paraphrases=spec.paraphrases) if spec.policy is not None else None
         self.policy = self.ctx.make_policy() if self.ctx is not None else None
         self.base_slot = spec.index * spec.n_slots
-        self.videos = VideoRecorder() if spec.video is not None else None
+        self.filming = Filming.of(spec.video)
         self._local = SlotBuffer(spec.layout, spec.n_slots)  # private: stacking in worker placement
         self._pending = Report()  # events to send with the next reply (abandoned episodes)
 
@@ -159,10 +157,8 @@ class Worker:
         hint = gl_failure_hint(text, self.spec.gl_backend)
         text = f"{self.name}: {text.strip()}" + (f"\n{hint}" if hint else "")
         report.events.append(("error", SlotError(i, slot.tracker.unit, slot.attempt, text)))
+        slot.tracker.drop()
         slot.tracker = None
-        if slot.video_key is not None and self.videos is not None:
-            self.videos.drop(slot.video_key)
-            slot.video_key = None
         self._drop(slot)
 
     def _abandon(self, i: int, why: str, report: Report) -> None:
@@ -172,10 +168,8 @@ class Worker:
         if slot.tracker is None:
             return
         report.events.append(("error", SlotError(i, slot.tracker.unit, slot.attempt, f"{self.name}: {why}")))
+        slot.tracker.drop()
         slot.tracker = None
-        if slot.video_key is not None and self.videos is not None:
-            self.videos.drop(slot.video_key)
-            slot.video_key = None
 
     def _cancel(self, keys: set[Any], report: Report) -> None:
         """Drop the units of `keys` from every slot, the running episode too (its env stays)."""
@@ -186,10 +180,8 @@ class Worker:
                     report.events.append(("cancelled", i, unit.key))
             if slot.tracker is not None and slot.tracker.unit.key in keys:
                 report.events.append(("cancelled", i, slot.tracker.unit.key))
+                slot.tracker.drop()
                 slot.tracker = None
-                if slot.video_key is not None and self.videos is not None:
-                    self.videos.drop(slot.video_key)
-                    slot.video_key = None
 
     def _start(self, i: int, report: Report) -> None:
         """Reset slot i into its next queued unit (task affinity: reuse its env if same task)."""
@@ -198,7 +190,7 @@ class Worker:
             unit, attempt = slot.queue.popleft()
             if slot.task != unit.task:
                 self._release(slot)
-            slot.tracker = EpisodeTracker.of(self.bench, unit, self.spec.record_mode)
+            slot.tracker = EpisodeTracker.of(self.bench, unit, self.spec.record_mode, self.filming, attempt)
             slot.attempt = attempt
             self.buffer.touch(i)
             try:
@@ -210,7 +202,6 @@ class Worker:
                 self.buffer.touch()  # (after its env closed: the slot is out of this unit)
                 continue
             slot.obs = obs
-            self._video_start(slot, unit, attempt)
             self.buffer.touch()  # (after its first frame: a render that kills the worker is this unit's)
             report.events.append(("started", i, unit))
 
@@ -224,35 +215,10 @@ class Worker:
             self._fail(i, report)
             self.buffer.touch()  # (after its env closed: the slot is out of this unit)
             return
-        plan = self.spec.video
-        if slot.video_key is not None and plan is not None and plan.films(slot.tracker.n_steps, ended):
-            self._video_frame(slot)
         if ended:
-            video_path = self._video_finish(slot)
-            report.events.append(("record", i, slot.tracker.record(self.name, slot.attempt, video_path)))
+            report.events.append(("record", i, slot.tracker.record(self.name, slot.attempt)))
             slot.tracker = None
         self.buffer.touch()  # (after its frame and video: a render or encoder that kills the worker is this unit's)
-
-    # -- videos ----------------------------------------------------------------------
-    def _video_start(self, slot: Slot, unit: EpisodeUnit, attempt: int) -> None:
-        plan = self.spec.video
-        if plan is None or self.videos is None or not plan.wants(unit):
-            return
-        slot.video_key = (unit.key, attempt)
-        self.videos.start(slot.video_key, plan.output_dir_path(unit), plan.rate)
-        self._video_frame(slot)
-
-    def _video_frame(self, slot: Slot) -> None:
-        assert self.videos is not None and self.spec.video is not None
-        self.videos.add(slot.video_key, grab_frame(slot.env, slot.task or "", self.spec.video.size))
-
-    def _video_finish(self, slot: Slot) -> str | None:
-        if slot.video_key is None or self.videos is None or self.spec.video is None:
-            return None
-        assert slot.tracker is not None
-        key, slot.video_key = slot.video_key, None
-        # in place before the record that names it exists (a kill between the two: the episode runs again)
-        return self.spec.video.relpath(slot.tracker.unit) if self.videos.finish(key) else None
 
     def _stack(self, obs: list[Any]) -> Any:
         """Running slots' observations stacked as a vector env would (the space's dtypes),
@@ -263,8 +229,8 @@ class Worker:
 
     def close(self) -> None:
         """Finish the videos, then close every env (GL contexts are freed before exit)."""
-        if self.videos is not None:
-            self.videos.close()
+        if self.filming is not None:
+            self.filming.close()
         for slot in self.slots:
             self._drop(slot)
         while self.idle_envs:
