@@ -143,7 +143,7 @@ class Cluster:
     queue_per_slot: int = 1  # units queued behind each slot's running one
     actors_flag: str | None = None  # the flag that asked for `actors` (e.g. "--ray.actors=8"), if one did
     slots_flag: str = "--slots_per_worker"  # the flag that sets `slots_per_actor`
-    gpus_per_actor: float = 0.0
+    gpus_per_actor: float = 0.0  # with `nodes`: a node holds no more actors than its GPUs allow
     nodes: tuple[dict[str, float], ...] = ()
 
 
