@@ -146,6 +146,30 @@ def test_workers_auto_probes_once_and_sizes_each_shard(tmp_path: Path, single: d
     assert res.rc == 0, res.err
     assert "measuring this machine once for all 2 shards" in res.err
     assert per_episode(tmp_path) == single
-    for k in range(2):
-        head = (tmp_path / "logs" / f"shard-{k}.log").read_text().splitlines()[0]
-        assert "--workers=auto" not in head and "--workers=" in head and "--slots_per_worker=" in head
+    for k in range(2):  # each child is handed the one recommendation, and runs with it as is
+        handed = json.loads((tmp_path / "logs" / f"shard-{k}.override.json").read_text())
+        ran = json.loads((tmp_path / "logs" / f"shard-{k}.json").read_text())["scheduling"]
+        assert handed["tuned"]["mode"] == ran["mode"] and 0 < ran["workers"] <= handed["tuned"]["workers"]
+
+
+def test_overrides_are_decided_once_and_travel_as_json(monkeypatch) -> None:
+    """`decide.overrides`: one backend for every child, GPUs dealt from the freest, the cores
+    shared unless --workers names a number or a recommendation does; JSON there and back."""
+    import dataclasses
+
+    import rollbench.scheduler.decide as decide
+    from rollbench.cli import config_from_flags
+    from rollbench.rendering import Gpu
+
+    monkeypatch.setattr(decide, "cpu_count", lambda: 8)
+    flags = {"env.type": "fake", "policy.type": "expert", "output_dir": "x", "eval.num_shards": "3", "launch": "local"}
+    gpus = [Gpu(0, 100), Gpu(1, 900)]
+    got = decide.overrides(config_from_flags(flags), gpus=gpus)
+    assert [(o.shard_id, o.gpu, o.workers) for o in got] == [(0, 1, 2), (1, 0, 2), (2, 1, 2)]
+    assert len({o.gl_backend for o in got}) == 1
+    assert [o.workers for o in decide.overrides(config_from_flags({**flags, "workers": "5"}), gpus=[])] == [None] * 3
+    rec = decide.Tuned("continuous", 2, 3, None, 4, False, "cpu")
+    (tuned, *_) = decide.overrides(config_from_flags({**flags, "workers": "auto"}), rec, gpus=[])
+    assert tuned.workers is None and tuned.tuned == rec and tuned.gpu is None
+    again = decide.Override.from_dict(json.loads(json.dumps(dataclasses.asdict(tuned))))
+    assert again == tuned

@@ -289,7 +289,7 @@ def test_ray_equals_local_on_metaworld_pixels(cli, cluster, tmp_path: Path) -> N
 
 
 def test_default_actors_fit_node_by_node() -> None:
-    from rollbench.executors.ray import fitting_actors
+    from rollbench.scheduler.decide import fitting_actors
 
     nodes = [{"CPU": 1.5, "GPU": 0.0}, {"CPU": 1.5, "GPU": 0.0}]
     assert fitting_actors(nodes, 1.0, 0.0) == 2  # not 3: an actor never spans two nodes

@@ -2,7 +2,7 @@
 
     setup: build the policy once (a bad one fails before any output is written)
     start: --workers=auto measures the machine; the render backend and the whole schedule
-           are decided once (`scheduler.decide`)
+           are decided once (`scheduler.decide`; a shard child: with its launcher's `Override`)
     execute: lockstep (envs in this process) or continuous (a pool of worker processes),
            with the policy built in setup handed to the scheduler
 """
@@ -18,7 +18,7 @@ from rollbench import timeline, tune
 from rollbench.config.run import RunConfig
 from rollbench.episode.context import StepContext
 from rollbench.executors.base import Executor, Run
-from rollbench.executors.shards import LocalShardsExecutor, ShardChild, launched_child
+from rollbench.executors.shards import LocalShardsExecutor, ShardChild, launched_child, read_override
 from rollbench.policies.base import Policy
 from rollbench.rendering import apply_backend
 from rollbench.results.eval_info import ExecutionFacts
@@ -26,7 +26,7 @@ from rollbench.results.records import EpisodeRecord
 from rollbench.results.video import check_encoder
 from rollbench.results.video_cost import warn_if_costly
 from rollbench.scheduler.continuous import run_continuous
-from rollbench.scheduler.decide import Schedule, decide
+from rollbench.scheduler.decide import Override, Schedule, decide
 from rollbench.scheduler.lockstep import run_lockstep
 from rollbench.tune.probe import rss_now
 
@@ -38,9 +38,10 @@ class LocalExecutor(Executor):
         this process as that launcher's shard (which does not close the run)."""
         if cfg.launch == "local":
             return LocalShardsExecutor(dict(flags))
-        return ShardChild(cls()) if launched_child(cfg) else cls()
+        return ShardChild(cls(read_override(cfg))) if launched_child(cfg) else cls()
 
-    def __init__(self) -> None:
+    def __init__(self, override: Override | None = None) -> None:
+        self.override = override  # a shard child's: what its launcher decided for it
         self.cfg: RunConfig | None = None
         self.ctx: StepContext | None = None
         self.policy: Policy | None = None
@@ -61,7 +62,7 @@ class LocalExecutor(Executor):
     def start(self, run: Run) -> None:
         assert self.cfg is not None and self.policy is not None
         cfg = self.cfg
-        if cfg.workers == "auto":  # after the directory is accepted: a refused one is said before a 30 s probe
+        if cfg.workers == "auto" and self.override is None:  # after the directory is accepted: a refused one is said before a 30 s probe
             t0 = time.perf_counter()
             self.policy.ready()  # the probe needs it whole, and its load time
             self.load_s += time.perf_counter() - t0
@@ -69,7 +70,7 @@ class LocalExecutor(Executor):
             self.tuned = tune.prediction(rec, use)
         else:
             rec = None
-        self.schedule = decide(cfg, self.policy, len(run.todo), rec)
+        self.schedule = decide(cfg, self.policy, len(run.todo), rec, self.override)
         apply_backend(self.schedule.gl_backend)  # this process renders in lockstep mode; workers get it in their spec
         warn_if_costly(cfg, run.todo, max(1, self.schedule.workers))  # say so before the run when videos cost much of it
         if self.schedule.placement == "worker":

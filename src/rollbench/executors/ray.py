@@ -361,9 +361,9 @@ class RayExecutor(Executor):
             started = True
         res = ray.cluster_resources()
         rc = cfg.ray
-        actors = rc.actors or max(1, fitting_actors(_node_resources(ray), rc.cpus_per_actor, rc.gpus_per_actor))
         asked = f"--ray.actors={rc.actors}" if rc.actors is not None else None
-        cluster = Cluster(actors, rc.cpus_per_actor, rc.slots_per_actor, rc.queue_per_slot, asked, "--ray.slots_per_actor")
+        cluster = Cluster(rc.actors, rc.cpus_per_actor, rc.slots_per_actor, rc.queue_per_slot, asked, "--ray.slots_per_actor",
+                          rc.gpus_per_actor, tuple(_node_resources(ray)))
         self.schedule = decide(cfg, self.policy, len(run.todo), cluster=cluster)
         if self.schedule.placement == "worker":
             self.policy.close()  # every actor builds its own
@@ -512,18 +512,6 @@ def _node_resources(ray: Any) -> list[dict[str, float]]:
         res = ray.cluster_resources()
         return [{"CPU": float(res.get("CPU", 1)), "GPU": float(res.get("GPU", 0))}]
     return [{"CPU": float(n["Resources"].get("CPU", 0)), "GPU": float(n["Resources"].get("GPU", 0))} for n in nodes]
-
-
-def fitting_actors(nodes: list[dict[str, float]], cpus_per_actor: float, gpus_per_actor: float) -> int:
-    """Actors the cluster can place at once, node by node (an actor never spans nodes: two
-    nodes of 1.5 CPUs hold two 1-CPU actors, not three)."""
-    total = 0
-    for node in nodes:
-        n = int(node["CPU"] // cpus_per_actor + 1e-9)
-        if gpus_per_actor > 0:
-            n = min(n, int(node["GPU"] // gpus_per_actor + 1e-9))
-        total += max(0, n)
-    return total
 
 
 def _fetch(ray: Any, refs: list[Any], timeout: float) -> None:

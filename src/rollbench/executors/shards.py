@@ -5,7 +5,10 @@ is applied once, not by each child), then starts N children
 
     python -m rollbench eval <same flags> --eval.shard_id=K --launch=none
 
-into the same output_dir. Each child resumes on its own from the episode logs, writes its
+into the same output_dir, each with what this process decided for it once
+(`scheduler.decide.overrides`: render backend, GPU, its share of the cores, --workers=auto's
+recommendation) in `logs/shard-K.override.json`, which its `decide` uses as is; the user's
+own flags stay on its command line. Each child resumes on its own from the episode logs, writes its
 own `episodes/<writer>.jsonl`, and sends its stdout/stderr to `logs/shard-K.log`. The
 parent only watches: it tails the episode logs for one combined progress line and stops
 the children on Ctrl-C. Opening and closing the run (run.json, the final merge into
@@ -39,14 +42,13 @@ from rollbench.episode.context import PolicyCalls
 from rollbench.errors import ConfigError
 from rollbench.executors.base import Executor, Run
 from rollbench.plan import EpisodeUnit, shard
-from rollbench.rendering import Gpu, assign_gpus, choose_backend, find_gpus
 from rollbench.results.eval_info import ExecutionFacts
 from rollbench.results.log import LogTail
 from rollbench.results.merge import Merged
 from rollbench.results.records import EpisodeRecord
 from rollbench.results.sink import Logged, RecordSink
 from rollbench.results.store import write_json_atomic
-from rollbench.scheduler.common import cpu_count
+from rollbench.scheduler.decide import Override, Recommended, overrides
 
 log = logging.getLogger(__name__)
 
@@ -59,16 +61,16 @@ STOP_GRACE_S = 10.0
 TAIL_LINES = 15
 
 
-def child_env(base: dict[str, str], gl: str, gpu: Gpu | None) -> dict[str, str]:
+def child_env(base: dict[str, str], over: Override) -> dict[str, str]:
+    """The child's environment: what must be set before it imports anything (the backend binds
+    PyOpenGL at its first import; a GPU is chosen by what CUDA sees)."""
     env = dict(base)
     env[CHILD_ENV] = str(os.getpid())
     # N processes each with a full BLAS/OpenMP thread pool oversubscribe the cores
     env["OMP_NUM_THREADS"] = "1"
-    env["MUJOCO_GL"] = gl
-    env["PYOPENGL_PLATFORM"] = gl
-    if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu.index)
-        env["MUJOCO_EGL_DEVICE_ID"] = str(gpu.index)
+    env["MUJOCO_GL"] = env["PYOPENGL_PLATFORM"] = over.gl_backend
+    if over.gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = env["MUJOCO_EGL_DEVICE_ID"] = str(over.gpu)
     return env
 
 
@@ -94,6 +96,16 @@ def read_shard_facts(output_dir: str | Path, shard_id: int) -> dict[str, Any] | 
     return data if isinstance(data, dict) else None
 
 
+def override_path(output_dir: str | Path, shard_id: int) -> Path:
+    return Path(output_dir) / LOGS_DIR / f"shard-{shard_id}.override.json"
+
+
+def read_override(cfg: RunConfig) -> Override | None:
+    """In a launched child: what its launcher decided for it (None: a launcher that wrote none)."""
+    path = override_path(cfg.output_dir, cfg.eval.shard_id)
+    return Override.from_dict(json.loads(path.read_text())) if path.exists() else None
+
+
 # -- commands ---------------------------------------------------------------------------
 
 
@@ -105,21 +117,10 @@ def user_flags(flags: dict[str, str], cfg: RunConfig) -> list[str]:
     return [*out, f"--output_dir={cfg.output_dir}"]
 
 
-def child_argv(flags: dict[str, str], cfg: RunConfig, shard_id: int, tuned: Sequence[str] = ()) -> list[str]:
-    """`tuned`: scheduling flags measured once by the parent (`--workers=auto`), replacing the user's."""
-    mine = user_flags(flags, cfg)
-    if tuned:
-        names = {f.split("=", 1)[0] for f in tuned} | {"--workers", "--tune.load", "--tune.budget_s"}
-        mine = [f for f in mine if f.split("=", 1)[0] not in names]
+def child_argv(flags: dict[str, str], cfg: RunConfig, shard_id: int) -> list[str]:
     # resume=true: the parent already applied --resume=false once, in prepare()
-    argv = [
-        sys.executable, "-m", "rollbench", "eval", *mine, *tuned,
-        f"--eval.shard_id={shard_id}", "--launch=none", "--resume=true",
-    ]
-    if cfg.workers is None:
-        # the shards share this machine's cores instead of each taking all of them
-        argv.append(f"--workers={max(1, cpu_count() // cfg.eval.num_shards)}")
-    return argv
+    return [sys.executable, "-m", "rollbench", "eval", *user_flags(flags, cfg),
+            f"--eval.shard_id={shard_id}", "--launch=none", "--resume=true"]
 
 
 def rerun_command(flags: dict[str, str], cfg: RunConfig, shard_id: int) -> str:
@@ -187,7 +188,7 @@ def stop(shards: Sequence[Shard]) -> None:
 # -- the launcher -----------------------------------------------------------------------
 
 
-def _tune_shards(cfg: RunConfig) -> list[str]:
+def _tune_shards(cfg: RunConfig) -> Recommended:
     """`--workers=auto` under the launcher: probe once here (children probing at the same
     time would measure each other), then size one shard with its share of the cores."""
     from rollbench import tune  # lazy: --workers=auto only; lifecycle (so `rollbench merge`) imports this module
@@ -197,9 +198,8 @@ def _tune_shards(cfg: RunConfig) -> list[str]:
     share = max(1, int(probe.machine.cores.v) // cfg.eval.num_shards)
     machine = dataclasses.replace(probe.machine, cores=dataclasses.replace(probe.machine.cores, value=float(share)))
     rec = tune.recommend(dataclasses.replace(probe, machine=machine))
-    flags = [f for f in tune.recommended_flags(rec) if not f.startswith(("--eval.num_shards", "--launch"))]
-    log.info("--workers=auto: each shard gets %s", " ".join(flags))
-    return flags
+    log.info("--workers=auto: each shard gets %s", " ".join(tune.recommended_flags(rec)))
+    return rec
 
 
 class LocalShardsExecutor(Executor):
@@ -211,9 +211,7 @@ class LocalShardsExecutor(Executor):
         self.flags = flags
         self.cfg: RunConfig | None = None
         self.shards: list[Shard] = []
-        self.gpus: list[Gpu | None] = []
-        self.gl = ""
-        self.tuned: list[str] = []  # --workers=auto: the flags every child gets
+        self.overrides: list[Override] = []  # what each child runs with, decided here once
         self.logtail: LogTail | None = None
 
     def share(self, cfg: RunConfig, plan: list[EpisodeUnit]) -> list[EpisodeUnit]:
@@ -229,11 +227,7 @@ class LocalShardsExecutor(Executor):
 
     def start(self, run: Run) -> None:
         cfg = run.cfg
-        self.tuned = _tune_shards(cfg) if cfg.workers == "auto" else []
-        found = find_gpus() if cfg.render_device != "cpu" else []
-        # the one decision for every child: a MUJOCO_GL the user set wins, as in one process
-        self.gl = choose_backend(cfg.render_device, found)
-        self.gpus = assign_gpus(found, cfg.eval.num_shards)
+        self.overrides = overrides(cfg, _tune_shards(cfg) if cfg.workers == "auto" else None)
         (run.output_dir / LOGS_DIR).mkdir(exist_ok=True)
         self.logtail = LogTail(run.output_dir)
         self.logtail.skip_existing()
@@ -251,23 +245,26 @@ class LocalShardsExecutor(Executor):
                     seen.add(rec.key)
                     yield rec
 
-        for k in range(cfg.eval.num_shards):
+        for over in self.overrides:
+            k = over.shard_id
             shard_facts(run.output_dir, k).unlink(missing_ok=True)  # an earlier launch's
-            argv = child_argv(self.flags, cfg, k, self.tuned)
+            write_json_atomic(override_path(run.output_dir, k), dataclasses.asdict(over))
+            argv = child_argv(self.flags, cfg, k)
             log_path = run.output_dir / LOGS_DIR / f"shard-{k}.log"
             fh = open(log_path, "ab")  # noqa: SIM115 (closed in close())
-            fh.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(argv)}\n".encode())
+            fh.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(argv)}\n"
+                     f"=== {override_path(run.output_dir, k)}: {json.dumps(dataclasses.asdict(over))}\n".encode())
             fh.flush()
             proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                env=child_env(dict(os.environ), self.gl, self.gpus[k]),
+                argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, env=child_env(dict(os.environ), over),
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
             self.shards.append(Shard(k, proc, log_path, fh))
-        on_gpus = [g.index for g in self.gpus if g is not None]
+        on_gpus = [o.gpu for o in self.overrides if o.gpu is not None]
         log.info(
             "started %d shard processes (MUJOCO_GL=%s%s); logs in %s",
-            cfg.eval.num_shards, self.gl, f", GPUs {on_gpus}" if on_gpus else "", run.output_dir / LOGS_DIR,
+            cfg.eval.num_shards, self.overrides[0].gl_backend, f", GPUs {on_gpus}" if on_gpus else "",
+            run.output_dir / LOGS_DIR,
         )
         while any(s.proc.poll() is None for s in self.shards):
             time.sleep(POLL_S)
@@ -297,11 +294,11 @@ class LocalShardsExecutor(Executor):
         calls = PolicyCalls.total(*(child.get("policy_calls") for child in children))
         return ExecutionFacts("launch-local", scheduling=same, policy_calls=calls, detail={
             "num_shards": self.cfg.eval.num_shards,
-            "mujoco_gl": self.gl,
+            "mujoco_gl": self.overrides[0].gl_backend if self.overrides else "",
             "shards": [
-                {"shard_id": s.shard_id, "returncode": s.rc, "log": str(s.log_path), "gpu": gpu.index if gpu else None,
+                {"shard_id": s.shard_id, "returncode": s.rc, "log": str(s.log_path), "gpu": over.gpu,
                  "scheduling": schedule}
-                for s, gpu, schedule in zip(self.shards, self.gpus, schedules, strict=False)
+                for s, over, schedule in zip(self.shards, self.overrides, schedules, strict=False)
             ],
         })
 

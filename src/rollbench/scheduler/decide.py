@@ -2,6 +2,7 @@
 
     RunConfig + the built policy + the units to run + the render backend
       (+ --workers=auto's recommendation, which fills what the user left unset)  ->  Schedule
+      (+ in a `--launch=local` child: its launcher's `Override`, from `overrides`, used as is)
 
 The `Schedule` is what the schedulers are handed (as `LockstepOptions` or `PoolOptions`)
 and what `eval_info.json` records as `scheduling`: the numbers in it are the ones that run
@@ -23,7 +24,7 @@ from typing import Any, Protocol
 from rollbench.config.run import RunConfig
 from rollbench.episode.video import VideoPlan
 from rollbench.errors import ConfigError
-from rollbench.rendering import Gpu, choose_backend, user_backend
+from rollbench.rendering import Gpu, assign_gpus, choose_backend, find_gpus, user_backend
 from rollbench.scheduler.common import cpu_count, driver_threads
 from rollbench.scheduler.lockstep import LockstepOptions
 from rollbench.scheduler.pool import PoolOptions
@@ -133,14 +134,29 @@ class Cluster:
     `cpus_per_actor` cores apiece, each with its own policy (or only envs, for the driver's,
     under driver placement). What the user asked of them comes with it, named by the flags
     that asked (Ray's: `--ray.actors`, `--ray.slots_per_actor`, `--ray.queue_per_slot`; a
-    plugin's: `--workers`, `--slots_per_worker`), so `decide` reads no executor's flags."""
+    plugin's: `--workers`, `--slots_per_worker`), so `decide` reads no executor's flags.
+    `actors=None`: as many as fit on `nodes` (each node's CPU and GPU, `fitting_actors`)."""
 
-    actors: int
+    actors: int | None
     cpus_per_actor: float
     slots_per_actor: int | None = None  # asked for; None: from the benchmark's step cost
     queue_per_slot: int = 1  # units queued behind each slot's running one
     actors_flag: str | None = None  # the flag that asked for `actors` (e.g. "--ray.actors=8"), if one did
     slots_flag: str = "--slots_per_worker"  # the flag that sets `slots_per_actor`
+    gpus_per_actor: float = 0.0  # with `nodes`: a node holds no more actors than its GPUs allow
+    nodes: tuple[dict[str, float], ...] = ()
+
+
+def fitting_actors(nodes: Sequence[dict[str, float]], cpus_per_actor: float, gpus_per_actor: float) -> int:
+    """Actors a cluster can place at once, node by node (an actor never spans nodes: two
+    nodes of 1.5 CPUs hold two 1-CPU actors, not three)."""
+    total = 0
+    for node in nodes:
+        n = int(node["CPU"] // cpus_per_actor + 1e-9)
+        if gpus_per_actor > 0:
+            n = min(n, int(node["GPU"] // gpus_per_actor + 1e-9))
+        total += max(0, n)
+    return total
 
 
 class Recommended(Protocol):
@@ -160,6 +176,53 @@ class Recommended(Protocol):
     def use_async_envs(self) -> bool: ...
     @property
     def render_device(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """A recommendation as `decide` reads it (`Recommended`), and as it travels as JSON."""
+
+    mode: str
+    workers: int
+    slots_per_worker: int
+    envs_per_batch: int | None
+    max_rows_per_call: int | None
+    use_async_envs: bool
+    render_device: str
+
+    @classmethod
+    def of(cls, rec: Recommended) -> Tuned:
+        return cls(*(getattr(rec, f.name) for f in dataclasses.fields(cls)))
+
+
+@dataclass(frozen=True)
+class Override:
+    """What a `--launch=local` launcher decides once for one of its shard children
+    (`overrides`), handed to the child as JSON; the child's `decide` uses it as is."""
+
+    shard_id: int
+    gl_backend: str  # MUJOCO_GL of the child and its workers
+    gpu: int | None = None  # the one GPU the child sees (with two or more)
+    workers: int | None = None  # the child's share of the cores; None: --workers or `tuned`'s
+    tuned: Tuned | None = None  # --workers=auto: the recommendation for one shard, measured once by the launcher
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Override:
+        return cls(**{**data, "tuned": data["tuned"] and Tuned(**data["tuned"])})
+
+
+def overrides(cfg: RunConfig, rec: Recommended | None = None, gpus: Sequence[Gpu] | None = None) -> list[Override]:
+    """The shard children's part of a `--launch=local` run, one decision for all of them: the
+    render backend (a MUJOCO_GL the user set wins, as in one process), a GPU each round-robin
+    (with two or more), and a share of the cores each where the user asked for no number
+    (`rec`: --workers=auto's recommendation for one shard's share, which each child applies
+    as one process does, `tuned`)."""
+    n = cfg.eval.num_shards
+    gpus = (find_gpus() if cfg.render_device != "cpu" else []) if gpus is None else gpus
+    gl = choose_backend(cfg.render_device, gpus)
+    workers = None if isinstance(cfg.workers, int) or rec else max(1, cpu_count() // n)
+    tuned = None if rec is None else Tuned.of(rec)
+    return [Override(k, gl, None if g is None else g.index, workers, tuned) for k, g in enumerate(assign_gpus(gpus, n))]
 
 
 def tuned(cfg: RunConfig, rec: Recommended | None) -> RunConfig:
@@ -188,13 +251,17 @@ def tuned(cfg: RunConfig, rec: Recommended | None) -> RunConfig:
 
 
 def decide(cfg: RunConfig, policy: Any, n_units: int, rec: Recommended | None = None,
-           gpus: Sequence[Gpu] | None = None, cluster: Cluster | None = None) -> Schedule:
+           override: Override | None = None, cluster: Cluster | None = None) -> Schedule:
     """The schedule for running `n_units` units of `cfg` with `policy` (already built), and
-    the render backend of this process and its workers, decided here once (`gpus`: those
-    found, when the caller looked already; `cluster`: the workers are Ray actors)."""
+    the render backend of this process and its workers, decided here once (`override`: what
+    a shard launcher decided for this child, in place of those; `cluster`: the workers are
+    Ray actors)."""
     asked = f"--workers={cfg.workers}" if cfg.workers is not None else None
+    if override is not None:
+        cfg = dataclasses.replace(cfg, workers=override.workers or cfg.workers)
+        rec = override.tuned
     cfg = tuned(cfg, rec)
-    gl_backend = choose_backend(cfg.render_device, gpus)
+    gl_backend = override.gl_backend if override is not None else choose_backend(cfg.render_device)
     threads = _user_threads() or 1
     mode = decide_mode(cfg, policy)
     if cluster is not None:  # workers the executor starts elsewhere
@@ -266,18 +333,19 @@ def _on_cluster(cfg: RunConfig, policy: Any, n_units: int, mode: str, gl_backend
     with --policy.placement=driver, only envs, for the one policy in this process (a GPU
     here, envs on CPU nodes), whose observations come pickled."""
     check_cluster_mode(cfg, mode)
+    actors = cluster.actors or max(1, fitting_actors(cluster.nodes, cluster.cpus_per_actor, cluster.gpus_per_actor))
     if cfg.policy.placement == "driver":
-        slots = cluster.slots_per_actor or default_slots(cfg.env.step_cost_ms, "driver", cluster.actors)
+        slots = cluster.slots_per_actor or default_slots(cfg.env.step_cost_ms, "driver", actors)
         placement = "driver"
     else:
         cheap = decide_placement(cfg, policy) == "worker"
         slots = cluster.slots_per_actor or (1 if cheap else default_slots(cfg.env.step_cost_ms, "driver", 1))
         placement = "worker"
-    workers = max(1, min(cluster.actors, math.ceil(max(1, n_units) / slots)))
+    workers = max(1, min(actors, math.ceil(max(1, n_units) / slots)))
     reason = None
-    if workers < cluster.actors:
+    if workers < actors:
         because = f"the {n_units} episodes to run fit in {workers} x {slots} slots ({cluster.slots_flag}={slots})"
-        reason = _fewer(cluster.actors_flag, cluster.actors, workers, because, "actors")
+        reason = _fewer(cluster.actors_flag, actors, workers, because, "actors")
     return Schedule("continuous", placement, workers, slots, None, cfg.policy.max_batch_size if placement == "driver" else None,
                     False, gl_backend, worker_threads=max(1, int(cluster.cpus_per_actor)),
                     queue_per_slot=cluster.queue_per_slot, workers_reason=reason)
