@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from rollbench.config.fields import opt
 from rollbench.errors import ConfigError
+from rollbench.registry import Registry
+
+#: `--policy.type`: the adapters (a class or factory taking a `PolicyContext`, building a
+#: `policies.base.Policy`), here beside their config as BENCHMARKS is beside theirs, so that the
+#: flags are read without the adapters; the built-in ones are imported only when named
+POLICIES: Registry[Any] = Registry("policy type", "rollbench.policies")
+for _name, _target in {
+    "expert": "rollbench.policies.expert:ExpertPolicy",
+    "random": "rollbench.policies.random:RandomPolicy",
+    "module": "rollbench.policies.module:load_module_policy",
+    "lerobot": "rollbench.policies.lerobot:LeRobotPolicy",
+    "remote": "rollbench.policies.remote:RemotePolicy",
+}.items():
+    POLICIES.add_lazy(_name, _target)
 
 
 @dataclass(frozen=True)
