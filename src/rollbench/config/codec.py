@@ -1,11 +1,10 @@
 """One codec between the flags that set a run and its config, both ways.
 
-    {"env.type": "metaworld", "eval.n_episodes": "50", ...}   (the CLI's argv, parsed; bench/; tests)
+    flags {"env.type": "metaworld", "eval.n_episodes": "50", ...}   (the CLI's argv parsed, bench/, tests)
         ──config_from_flags──▶ RunConfig: `--env.type` picks the benchmark class its other flags
-             ▲                 fill, `--policy.type` the policy type whose own flags are checked
-             │
-    config dict ──to_flags──┘  (`RunConfig.to_dict()`, as run.json and eval_info.json hold it;
-                 └──to_argv──▶ ["--env.type=metaworld", ...]: a command to show or rerun)
+                               fill, `--policy.type` the policy type whose own flags are checked
+    RunConfig.to_dict() (run.json, eval_info.json's `config`)
+        ──to_flags──▶ flags again (a `type` first) ──to_argv──▶ ["--env.type=metaworld", ...]
 
 Config → flags → config is the identity. Used by the CLI's commands, `rollbench serve` (its
 `--env.*` and `--policy.*` groups), a merge (`config_from_dict`, and `rerun_argv`, the command
@@ -45,9 +44,6 @@ CHILD_FLAGS = ("eval.shard_id", "launch", "output_dir", "resume")
 TUNED_FLAGS = ("workers", "slots_per_worker", "eval.batch_size", "policy.max_batch_size", "eval.use_async_envs",
                "eval.mode", "policy.placement", "render_device", "eval.num_shards", "launch", "tune.budget_s",
                "tune.output", "tune.load", "tune.reprobe")
-
-
-# -- flags -> config ------------------------------------------------------------------
 
 
 def config_from_flags(flags: Mapping[str, str]) -> RunConfig:
@@ -157,9 +153,6 @@ def _own_options(ptype: str, factory: Any, options: dict[str, str], known: set[s
     # is the run `=3` is (a run's identity compares the options), and a bad value is refused here
     typed = to_flags(dataclasses.asdict(build(own, options, "policy.")))
     return {key: typed.get(key, value) for key, value in options.items()}
-
-
-# -- config -> flags ------------------------------------------------------------------
 
 
 def to_flags(data: Mapping[str, Any], prefix: str = "") -> dict[str, str]:

@@ -9,9 +9,8 @@ from rollbench.config.fields import opt
 from rollbench.errors import ConfigError
 from rollbench.registry import Registry
 
-#: `--policy.type`: the adapters (a class or factory taking a `PolicyContext`, building a
-#: `policies.base.Policy`), here beside their config as BENCHMARKS is beside theirs, so that the
-#: flags are read without the adapters; the built-in ones are imported only when named
+#: `--policy.type` -> its adapter (policies/), beside the config as BENCHMARKS is: the flags are
+#: read without importing an adapter, and a built-in one is imported only when named
 POLICIES: Registry[Any] = Registry("policy type", "rollbench.policies")
 for _name, _target in {
     "expert": "rollbench.policies.expert:ExpertPolicy",
