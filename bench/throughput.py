@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_policies import WORKLOADS, make_raw_policy
 from proctable import cpu_table
-from rollbench.cli import config_from_flags
+from rollbench.config.codec import config_from_flags
 from rollbench.executors.local import LocalExecutor
 from rollbench.lifecycle import run_eval
 from rollbench.plan import EpisodeUnit, make_plan

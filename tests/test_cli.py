@@ -9,6 +9,7 @@ import pytest
 
 from conftest import CliResult, load_info, run_subprocess
 from rollbench import __version__
+from rollbench.config.codec import config_from_flags
 from rollbench.config.env import BENCHMARKS
 from rollbench.config.eval import EvalConfig
 from rollbench.config.policy import PolicyConfig
@@ -480,8 +481,6 @@ def test_a_policy_types_options_are_checked_and_spelled_once_as_their_type_spell
     """`--policy.chunk_size=03` is the run `=3` is (the options are part of a run's identity:
     a resume with the other spelling is the same run), and a value of the wrong type is one
     line naming the flag before anything runs."""
-    from rollbench.cli import config_from_flags
-
     cfg = config_from_flags({"env.type": "fake", "policy.type": "expert", "policy.chunk_size": "03",
                              "policy.action_noise": "0.50"})
     assert cfg.policy.options == {"chunk_size": "3", "action_noise": "0.5"}

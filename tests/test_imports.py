@@ -24,7 +24,7 @@ LAYERS: list[set[str]] = [
     {"registry", "remote", "hub", "lerobot_line", "perturb", "writable", "forkserver", "stats"},
     {"config"},
     {"plan", "benchmarks", "policies", "rendering"},
-    {"results", "flags"},
+    {"results"},
     {"stopping"},
     {"episode", "progress", "report"},
     {"scheduler"},

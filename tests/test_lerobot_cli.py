@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rollbench.cli import config_from_flags, parse_flags
+from rollbench.cli import parse_flags
+from rollbench.config.codec import config_from_flags
 
 # as LeRobot's docs and model cards give them (the checkpoint a local directory here: no hub)
 LINES = {

@@ -255,7 +255,7 @@ def test_a_worker_that_dies_before_any_episode_stops_the_run_instead_of_looping(
 
 
 def test_a_policy_servers_key_is_never_written_and_transport_options_are_not_identity() -> None:
-    from rollbench.cli import config_from_flags
+    from rollbench.config.codec import config_from_flags
 
     def cfg(**opts: str):
         flags = {"env.type": "fake", "policy.type": "remote", "policy.url": "ws://127.0.0.1:9", "output_dir": "x"}

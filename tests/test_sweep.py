@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from conftest import load_info, per_episode, run_subprocess
 from rollbench import perturb
-from rollbench.cli import config_from_flags
+from rollbench.config.codec import config_from_flags
 from rollbench.episode.context import StepContext
 from rollbench.plan import plan_for
 from rollbench.policies.base import Policy

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import run_subprocess
 from rollbench import perturb
-from rollbench.cli import config_from_flags
+from rollbench.config.codec import config_from_flags
 from rollbench.episode.context import StepContext
 from rollbench.plan import plan_for
 from test_sweep import every_episode, states_seen

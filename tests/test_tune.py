@@ -12,7 +12,7 @@ import pytest
 from conftest import load_info, per_episode
 from rollbench import tune
 from rollbench.benchmarks.fake import FakeConfig
-from rollbench.cli import config_from_flags
+from rollbench.config.codec import config_from_flags
 from rollbench.plan import plan_for
 from rollbench.tune import budget, cache
 from rollbench.tune.env_probe import MAX_WINDOW_S, TARGET_WINDOWS, _regimes, _Samples, plan_windows

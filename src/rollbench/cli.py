@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime as dt
 import io
 import logging
 import os
@@ -20,19 +19,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollbench import __version__, perturb, quiet, writable
-from rollbench.config import codec
+from rollbench import __version__, quiet, writable
+from rollbench.config.codec import config_from_dict, config_from_flags, rerun_argv
 from rollbench.config.env import BENCHMARKS
 from rollbench.config.eval import EvalConfig
-from rollbench.config.fields import build, field_help
-from rollbench.config.policy import PolicyConfig
+from rollbench.config.fields import field_help
+from rollbench.config.policy import POLICIES, PolicyConfig
 from rollbench.config.ray import RayConfig
 from rollbench.config.run import RunConfig
 from rollbench.config.tune import TuneConfig
 from rollbench.errors import ConfigError, RollbenchError, UnknownNameError, did_you_mean, message_line
 from rollbench.executors import EXECUTORS
-from rollbench.flags import benchmark_from_flags, group, policy_from_flags
-from rollbench.policies.base import POLICIES
 from rollbench.registry import load_plugins
 
 if TYPE_CHECKING:
@@ -82,45 +79,11 @@ def parse_flags(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     return flags, positional
 
 
-def default_output_dir(env_type: str, policy_type: str, job_name: str | None = None) -> str:
-    """lerobot-eval's layout: outputs/eval/<date>/<time>_<job name> (default <env>_<policy>)."""
-    now = dt.datetime.now()
-    name = job_name or f"{env_type}_{policy_type}"
-    return os.path.join("outputs", "eval", now.strftime("%Y-%m-%d"), f"{now.strftime('%H-%M-%S')}_{name}")
-
-
-#: --eval.sweep is read where the flags are: it becomes --eval.perturb's spec, which the run records
+#: --eval.sweep is read with the flags (config.codec): it becomes --eval.perturb's spec, which the run records
 SWEEP_HELP = ("--eval.sweep", "path, default none",
               "a robustness sweep file (JSON, or TOML): 'axes' (one at a time, as --eval.perturb), 'grid' (every "
               "combination of the levels) and 'conditions' (axes at once); joined to --eval.perturb's conditions "
               "(docs/robustness.md)")
-
-
-def config_from_flags(flags: dict[str, str]) -> RunConfig:
-    flags = dict(flags)
-    if "eval.sweep" in flags:  # the file's conditions join --eval.perturb's, as a spec: no process reads it again
-        spec = perturb.sweep_file(flags.pop("eval.sweep"))
-        flags["eval.perturb"] = ";".join(filter(None, (flags.get("eval.perturb", ""), spec)))
-    if flags.get("eval.paraphrases"):  # read once, too: the run records the table
-        flags["eval.paraphrases"] = perturb.read_paraphrases(flags["eval.paraphrases"])
-    if "rename_map" in flags:  # lerobot-eval's top-level flag; it shapes what the policy sees
-        if "policy.rename_map" in flags:
-            raise ConfigError("--rename_map and --policy.rename_map are the same flag; give one")
-        flags["policy.rename_map"] = flags.pop("rename_map")
-    env = benchmark_from_flags(group(flags, "env."))
-    policy = policy_from_flags(group(flags, "policy."))
-    eval_cfg = build(EvalConfig, group(flags, "eval."), "eval.")
-    tune_cfg = build(TuneConfig, group(flags, "tune."), "tune.")
-    ray_cfg = build(RayConfig, group(flags, "ray."), "ray.")
-    executor_options = group(flags, "executor.")  # the executor checks them (Executor.options)
-    for key in list(flags):
-        if "." in key:
-            raise ConfigError(f"unknown flag --{key}; flag groups are --env.*, --policy.*, --eval.*, --tune.*, --ray.*, "
-                              f"--executor.*")
-    if not flags.get("output_dir"):
-        flags["output_dir"] = default_output_dir(env.type_name, policy.type, flags.get("job_name"))
-    return build(RunConfig, flags, "", env=env, policy=policy, eval=eval_cfg, tune=tune_cfg, ray=ray_cfg,
-                 executor_options=executor_options)
 
 
 def resolved(cfg: RunConfig) -> RunConfig:
@@ -130,25 +93,6 @@ def resolved(cfg: RunConfig) -> RunConfig:
 
     policy, env = resolve_policy(cfg.policy), cfg.env.resolve()
     return cfg if policy is cfg.policy and env is cfg.env else dataclasses.replace(cfg, policy=policy, env=env)
-
-
-def config_from_dict(data: dict[str, Any]) -> RunConfig:
-    """Rebuild a RunConfig from the `config` section of run.json / eval_info.json."""
-    return config_from_flags(codec.to_flags(data))
-
-
-def rerun_argv(data: dict[str, Any]) -> list[str]:
-    """`rollbench eval` with the flags of the run whose config is `data` (a merge's: its
-    shards' run, as one process; every episode is a function of its unit, so it gives the
-    same results), keeping only what differs from the defaults of its benchmark and policy."""
-    full = codec.without(codec.to_flags(data), codec.SHARD_FLAGS)
-    try:
-        base: dict[str, str] = {k: full[k] for k in ("env.type", "policy.type", "policy.path", "output_dir") if k in full}
-        defaults = codec.to_flags(config_from_flags(base).to_dict())
-    except RollbenchError:  # a policy that needs more flags to build: every flag, then
-        defaults = {}
-    kept = {k: v for k, v in full.items() if k.endswith(".type") or k == "output_dir" or defaults.get(k) != v}
-    return ["rollbench", "eval", *codec.to_argv(kept)]
 
 
 # -- help ---------------------------------------------------------------------------

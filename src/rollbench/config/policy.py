@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from rollbench.config.fields import opt
 from rollbench.errors import ConfigError
+from rollbench.registry import Registry
+
+#: `--policy.type` -> its adapter (policies/), beside the config as BENCHMARKS is: the flags are
+#: read without importing an adapter, and a built-in one is imported only when named
+POLICIES: Registry[Any] = Registry("policy type", "rollbench.policies")
+for _name, _target in {
+    "expert": "rollbench.policies.expert:ExpertPolicy",
+    "random": "rollbench.policies.random:RandomPolicy",
+    "module": "rollbench.policies.module:load_module_policy",
+    "lerobot": "rollbench.policies.lerobot:LeRobotPolicy",
+    "remote": "rollbench.policies.remote:RemotePolicy",
+}.items():
+    POLICIES.add_lazy(_name, _target)
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rollbench.config.env import BenchmarkConfig
-from rollbench.config.policy import PolicyConfig
+from rollbench.config.policy import POLICIES, PolicyConfig
 from rollbench.errors import ConfigError, PolicyError
-from rollbench.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -100,17 +99,6 @@ class Policy(abc.ABC):
 
     def close(self) -> None:  # noqa: B027
         """Free what the policy holds."""
-
-
-POLICIES: Registry[Any] = Registry("policy type", "rollbench.policies")
-for _name, _target in {
-    "expert": "rollbench.policies.expert:ExpertPolicy",
-    "random": "rollbench.policies.random:RandomPolicy",
-    "module": "rollbench.policies.module:load_module_policy",
-    "lerobot": "rollbench.policies.lerobot:LeRobotPolicy",
-    "remote": "rollbench.policies.remote:RemotePolicy",
-}.items():
-    POLICIES.add_lazy(_name, _target)
 
 
 def make_policy(ctx: PolicyContext) -> Policy:

@@ -46,6 +46,7 @@ from rollbench.policies.lerobot_plugins import (
     check_action,
     defer_policies_init,
     discover,
+    lerobot_type,
     lerobot_types,
     plugin_distributions,
 )
@@ -368,6 +369,9 @@ class LeRobotPolicy(Policy):
     options_help = ("any field of the checkpoint's config (config.json), as lerobot-eval takes it: "
                     "--policy.n_action_steps=8, --policy.num_inference_steps=10; an unknown one is refused with "
                     "the checkpoint's fields (`rollbench check` shows the config)")
+    #: `--policy.type=act --policy.path=DIR`: a type no adapter registers is LeRobot's or a plugin's,
+    #: checked here (`config.codec.policy_from_flags`); any other is refused with every known type
+    type_of = staticmethod(lerobot_type)
 
     def __init__(self, ctx: PolicyContext) -> None:
         """Checks the checkpoint against the flags and the benchmark now; loads its weights and

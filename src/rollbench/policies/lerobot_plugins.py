@@ -21,13 +21,17 @@ import importlib
 import importlib.util
 import logging
 import os
+import re
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
-from rollbench.errors import PolicyError
+from rollbench.config.policy import POLICIES
+from rollbench.errors import ConfigError, PolicyError, did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +112,19 @@ class Plugins:
         return out
 
 
+def _plugins() -> Iterator[tuple[str, metadata.Distribution]]:
+    """(module, distribution) of each installed `lerobot_policy_*` distribution (no import)."""
+    for dist in metadata.distributions():
+        module = str(dist.metadata["Name"] or "").replace("-", "_")
+        if module.startswith(PLUGIN_PREFIX):
+            yield module, dist
+
+
 def plugin_distributions() -> dict[str, str]:
     """{module: version} of the installed `lerobot_policy_*` distributions (no import)."""
     found: dict[str, str] = {}
-    for dist in metadata.distributions():
-        module = str(dist.metadata["Name"] or "").replace("-", "_")
-        if module.startswith(PLUGIN_PREFIX) and module not in found:
-            found[module] = str(dist.version)
+    for module, dist in _plugins():
+        found.setdefault(module, str(dist.version))
     return found
 
 
@@ -195,6 +205,64 @@ def lerobot_types() -> list[str]:
 
     getattr(policies, "__all__", None)  # a deferred package (policies/lerobot.py) runs its __init__ now
     return sorted(PreTrainedConfig.get_known_choices())
+
+
+def lerobot_type(ptype: str, path: str | None) -> str:
+    """`--policy.type=act --policy.path=DIR`, lerobot-eval's spelling: a LeRobot (or installed
+    plugin's) policy type means rollbench's LeRobot adapter, checked against the checkpoint.
+    Anything else is an unknown type, named with every type known here. A name no LeRobot or
+    plugin source declares is refused without importing LeRobot (its policy configs import
+    torch and transformers: ~20 s on a busy machine)."""
+    ours = POLICIES.names()
+    theirs: list[str] = []
+    if importlib.util.find_spec("lerobot") is not None:
+        declared = declared_lerobot_types()
+        if declared is not None and (ptype not in declared[1] or (ptype in declared[0] and not path)):
+            theirs = sorted(declared[0])
+        else:
+            theirs = lerobot_types()
+    if ptype in theirs:
+        if not path:
+            raise ConfigError(f"--policy.type={ptype} is a LeRobot policy type: give its checkpoint with "
+                              f"--policy.path=DIR (or a hub id ORG/NAME); rollbench evaluates no untrained policy")
+        return ptype
+    hint = did_you_mean(ptype, [*ours, *theirs])
+    lerobot = f"; LeRobot's and its plugins' (with --policy.path): {', '.join(theirs)}" if theirs else ""
+    raise ConfigError(f"--policy.type={ptype!r}: no policy type named {ptype!r}.{hint} Known: {', '.join(ours)}{lerobot}.")
+
+
+_REGISTERS = re.compile(r"register_subclass\(\s*(?:name\s*=\s*)?[\"']([\w.-]+)[\"']")
+_IMPORTED_CONFIG = re.compile(r"^from \.(\w+)\.(configuration_\w+) import", re.MULTILINE)
+
+
+def declared_lerobot_types() -> tuple[set[str], set[str]] | None:
+    """The policy types LeRobot's source and the installed `lerobot_policy_*` plugins declare
+    (`@PreTrainedConfig.register_subclass("act")`), read, not imported: (those LeRobot's
+    `lerobot.policies` registers on import, with the plugins', as `lerobot_types()` lists them;
+    every one declared anywhere). None: LeRobot's source is not where it is expected."""
+    spec = importlib.util.find_spec("lerobot")
+    roots = [Path(p) / "policies" for p in (spec.submodule_search_locations or [])] if spec else []
+    if not roots or not (roots[0] / "__init__.py").is_file():
+        return None
+    imported, everywhere = set(), set()
+    try:
+        for root in roots:
+            for config in root.rglob("configuration_*.py"):
+                everywhere |= set(_REGISTERS.findall(config.read_text(encoding="utf-8", errors="replace")))
+            init = (root / "__init__.py").read_text(encoding="utf-8", errors="replace")
+            for package, module in _IMPORTED_CONFIG.findall(init):
+                config = root / package / f"{module}.py"
+                if config.is_file():
+                    imported |= set(_REGISTERS.findall(config.read_text(encoding="utf-8", errors="replace")))
+        for _, dist in _plugins():
+            for file in dist.files or []:
+                if file.suffix == ".py":
+                    found = set(_REGISTERS.findall(Path(str(dist.locate_file(file))).read_text(encoding="utf-8", errors="replace")))
+                    imported |= found
+                    everywhere |= found
+    except OSError:
+        return None
+    return (imported or everywhere), everywhere
 
 
 def check_action(action: Any, ptype: str, rows: int, width: int | None) -> Any:

@@ -9,12 +9,12 @@ import signal
 import textwrap
 from dataclasses import dataclass
 
+from rollbench.config.codec import benchmark_from_flags, group, policy_from_flags
 from rollbench.config.env import BENCHMARKS, BenchmarkConfig
 from rollbench.config.fields import build, field_help, opt
 from rollbench.config.policy import PolicyConfig
 from rollbench.episode.context import StepContext
 from rollbench.errors import ConfigError
-from rollbench.flags import benchmark_from_flags, group, policy_from_flags
 from rollbench.policies.base import Policy
 from rollbench.policies.checkpoint import resolve_policy
 from rollbench.remote.keys import parse_keys
