@@ -10,8 +10,9 @@ from rollbench import stats
 from rollbench.errors import ConfigError, did_you_mean
 from rollbench.report import plots
 from rollbench.report.compare import Comparison, Rate, Row, compare_runs
-from rollbench.report.html import esc, page, table, write_atomic
+from rollbench.report.html import esc, page, table
 from rollbench.report.runs import LoadedRun, command_line, load_run
+from rollbench.results.store import write_text_atomic
 from rollbench.writable import output_file
 
 COMPARE_HELP = """usage: rollbench compare A B [--html=OUT] [--fail-if-worse] [--alpha=0.05] [--seed_a=S] [--seed_b=S]
@@ -266,6 +267,6 @@ def compare_main(positional: list[str], flags: dict[str, Any]) -> int:
     if seq is not None:
         print("\n" + seq.text())
     if "html" in opts:
-        write_atomic(opts["html"], html_page(cmp))
+        write_text_atomic(opts["html"], html_page(cmp))
         print(f"\ncomparison page: {opts['html']}")
     return 1 if opts.get("fail_if_worse") and cmp.b_worse else 0
