@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -51,6 +52,9 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float] | None:
     return lo, hi
 
 
+Unit = TypeVar("Unit", bound=Hashable)
+
+
 @dataclass(frozen=True)
 class Paired:
     """Outcomes of the units that ran in both A and B."""
@@ -71,6 +75,12 @@ class Paired:
     @property
     def k_b(self) -> int:
         return self.both + self.only_b
+
+    @classmethod
+    def of(cls, a: Mapping[Unit, bool], b: Mapping[Unit, bool]) -> Paired:
+        """The table of the units both `a` and `b` ran (unit -> success)."""
+        cells = Counter((bool(a[u]), bool(b[u])) for u in a.keys() & b.keys())
+        return cls(cells[True, True], cells[True, False], cells[False, True], cells[False, False])
 
     def __add__(self, other: Paired) -> Paired:
         return Paired(self.both + other.both, self.only_a + other.only_a, self.only_b + other.only_b, self.neither + other.neither)
