@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -63,21 +64,6 @@ def make_raw_policy(workload: str, bench: Any, unit: Any) -> Any:
     return act
 
 
-_NET: MLPPolicy | None = None
-
-
+@functools.cache
 def _mlp() -> MLPPolicy:
-    global _NET
-    if _NET is None:
-        _NET = MLPPolicy()
-    return _NET
-
-
-class CheapMLPPolicy(MLPPolicy):
-    """The same MLP, declared cheap: rollbench runs it inside every env worker."""
-
-    cheap = True
-
-
-def cheap_mlp_policy() -> CheapMLPPolicy:
-    return CheapMLPPolicy()
+    return MLPPolicy()

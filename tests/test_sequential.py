@@ -20,6 +20,13 @@ from rollbench.stopping import sequential as sq
 # -- the capital process and its martingale, exactly ------------------------------------
 
 
+def log_capital(d: np.ndarray, deltas: np.ndarray = sq.GRID) -> np.ndarray:
+    """log K_t(Delta) after each pair, for each candidate difference: shape (rows, len(deltas), t)
+    from d of shape (rows, t) in {-1, 0, 1} (`_run` keeps one time step in memory instead)."""
+    d = np.atleast_2d(np.asarray(d, dtype=float))
+    return np.stack(list(sq._capital_steps(d, np.asarray(deltas, dtype=float))), axis=-1)
+
+
 def paths(t: int):
     """Every sequence of t pairs' d in {-1, 0, 1}."""
     return np.array(list(itertools.product((-1, 0, 1), repeat=t)))
@@ -34,14 +41,14 @@ def test_the_capital_is_a_martingale_at_the_true_difference(p_minus, p_plus):
     for t in (1, 3, 6):
         d = paths(t)
         weight = np.prod(np.vectorize(probs.get)(d), axis=1)
-        k = np.exp(sq.log_capital(d, np.array([delta]))[:, 0, :])  # (paths, t)
+        k = np.exp(log_capital(d, np.array([delta]))[:, 0, :])  # (paths, t)
         for s in range(t):
             assert float(weight @ k[:, s]) == pytest.approx(1.0, abs=1e-12)
 
 
 def test_the_capital_never_goes_negative_at_the_ends_of_the_grid():
     d = paths(6)
-    k = sq.log_capital(d, sq.GRID)
+    k = log_capital(d, sq.GRID)
     assert np.isfinite(k[:, 1:-1, :]).all()  # strictly inside (-1, 1) no stake can lose everything
 
 
@@ -49,7 +56,7 @@ def test_concordant_pairs_move_nothing_at_no_difference():
     """At Delta = 0 only discordant pairs move the capital, and only once the running mean
     leans to one side: the first win is bet on at the running mean's 1/2, i.e. not at all."""
     d = np.array([[0, 0, 1, 0, 0, 1, 0]])
-    k = sq.log_capital(d, np.array([0.0]))[0, 0]
+    k = log_capital(d, np.array([0.0]))[0, 0]
     assert (k[:5] == 0.0).all() and k[5] > 0.0 and k[6] == k[5]
 
 
@@ -62,7 +69,7 @@ def test_b_always_wins_stops_at_the_first_block():
     assert r.interval[0] > 0 and r.interval[1] == 1.0  # the interval says what the decision says
     assert r.e_value >= 20 and r.p_value == pytest.approx(1 / r.e_value)
     # looking after every pair: it stops at the first pair whose interval lies above 0
-    k = sq.log_capital(np.ones((1, 40)))[0]
+    k = log_capital(np.ones((1, 40)))[0]
     excluded = np.maximum.accumulate(k >= math.log(20), axis=1)
     first = int(np.argmax(excluded[sq.GRID <= 0].all(axis=0))) + 1
     assert sq.sequential_test([0] * 40, [1] * 40, block=1).stopped_at == first

@@ -10,7 +10,7 @@ two runs are compared as two proportions:
   interval of McNemar's test (`mcnemar_interval`: it excludes 0 exactly when the test
   rejects), unpaired, Newcombe's hybrid score interval (square-and-add of the two Wilson
   intervals), which keeps its coverage at rates near 0 or 1 where the Wald interval
-  collapses; `newcombe_paired` stays for a second reading;
+  collapses;
 - the test is exact McNemar when the same (task, seed) units ran in both runs (only the
   units whose outcome differs carry information), else Boschloo's exact unconditional
   test, which is uniformly more powerful than Fisher's;
@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -51,6 +52,9 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float] | None:
     return lo, hi
 
 
+Unit = TypeVar("Unit", bound=Hashable)
+
+
 @dataclass(frozen=True)
 class Paired:
     """Outcomes of the units that ran in both A and B."""
@@ -72,6 +76,12 @@ class Paired:
     def k_b(self) -> int:
         return self.both + self.only_b
 
+    @classmethod
+    def of(cls, a: Mapping[Unit, bool], b: Mapping[Unit, bool]) -> Paired:
+        """The table of the units both `a` and `b` ran (unit -> success)."""
+        cells = Counter((bool(a[u]), bool(b[u])) for u in a.keys() & b.keys())
+        return cls(cells[True, True], cells[True, False], cells[False, True], cells[False, False])
+
     def __add__(self, other: Paired) -> Paired:
         return Paired(self.both + other.both, self.only_a + other.only_a, self.only_b + other.only_b, self.neither + other.neither)
 
@@ -83,38 +93,14 @@ def _wilson(k: int, n: int) -> tuple[float, float]:
     return ci
 
 
-def _square_and_add(
-    p1: float, ci1: tuple[float, float], p2: float, ci2: tuple[float, float], phi: float
-) -> tuple[float, float]:
-    """Newcombe's interval for p1 - p2 from the two Wilson intervals and their correlation."""
-    (l1, u1), (l2, u2) = ci1, ci2
-    d = p1 - p2
-    lo = d - math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
-    hi = d + math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
-    return max(-1.0, lo), min(1.0, hi)
-
-
 def newcombe_unpaired(k_a: int, n_a: int, k_b: int, n_b: int) -> tuple[float, float]:
-    """95% interval of p_B - p_A for independent samples (Newcombe 1998, method 10)."""
-    return _square_and_add(k_b / n_b, _wilson(k_b, n_b), k_a / n_a, _wilson(k_a, n_a), 0.0)
-
-
-def newcombe_paired(t: Paired) -> tuple[float, float]:
-    """95% interval of p_B - p_A for paired outcomes (Newcombe 1998, paired method 10).
-
-    The correlation of the two outcomes narrows the interval; Newcombe shrinks a positive
-    cross-product by N/2 (a continuity correction of phi), so near-independent tables get
-    the unpaired width rather than an optimistic one.
-    """
-    margins = (t.k_a) * (t.n - t.k_a) * (t.k_b) * (t.n - t.k_b)
-    phi = 0.0
-    if margins > 0:
-        cross = t.both * t.neither - t.only_a * t.only_b
-        if cross > t.n / 2:
-            phi = (cross - t.n / 2) / math.sqrt(margins)
-        elif cross < 0:
-            phi = cross / math.sqrt(margins)
-    return _square_and_add(t.k_b / t.n, _wilson(t.k_b, t.n), t.k_a / t.n, _wilson(t.k_a, t.n), phi)
+    """95% interval of p_B - p_A for independent samples (Newcombe 1998, method 10): the two
+    Wilson intervals, square-and-add."""
+    p_a, p_b = k_a / n_a, k_b / n_b
+    (l_a, u_a), (l_b, u_b) = _wilson(k_a, n_a), _wilson(k_b, n_b)
+    lo = p_b - p_a - math.sqrt((p_b - l_b) ** 2 + (u_a - p_a) ** 2)
+    hi = p_b - p_a + math.sqrt((u_b - p_b) ** 2 + (p_a - l_a) ** 2)
+    return max(-1.0, lo), min(1.0, hi)
 
 
 def mcnemar_exact(t: Paired) -> float:

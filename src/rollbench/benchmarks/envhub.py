@@ -60,8 +60,6 @@ from rollbench.config.env import BenchmarkConfig, register_benchmark, split_task
 from rollbench.config.fields import opt
 from rollbench.errors import ConfigError
 
-_loaded: dict[str, ModuleType] = {}
-
 
 def _entry_file(path: Path) -> Path:
     if path.is_file():
@@ -96,10 +94,9 @@ def hub_file(hub_path: str) -> tuple[Path, str] | None:
     return folder / file, commit
 
 
+@functools.cache
 def load_module(hub_path: str) -> ModuleType:
     """Import the user's module once per process (workers import it again, by path)."""
-    if hub_path in _loaded:
-        return _loaded[hub_path]
     found = hub_file(hub_path)
     path = found[0] if found is not None else Path(hub_path).expanduser()
     if not path.exists():
@@ -123,7 +120,6 @@ def load_module(hub_path: str) -> ModuleType:
         raise ConfigError(
             f"--env.hub_path={hub_path!r}: {entry} defines no make_env(task) (nor LeRobot's make_env(n_envs, use_async_envs))"
         )
-    _loaded[hub_path] = module
     return module
 
 

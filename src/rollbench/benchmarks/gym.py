@@ -6,7 +6,6 @@ package on demand; a missing package fails with its name.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ import gymnasium as gym
 
 from rollbench.config.env import BenchmarkConfig, register_benchmark, split_tasks
 from rollbench.config.fields import opt
-from rollbench.errors import BenchmarkUnavailable, ConfigError
+from rollbench.errors import BenchmarkUnavailable, ConfigError, did_you_mean
 
 
 def _import_for(env_id: str, package: str | None) -> str:
@@ -60,8 +59,7 @@ class GymConfig(BenchmarkConfig):
         try:
             return gym.spec(env_id)
         except gym.error.Error:
-            close = difflib.get_close_matches(env_id, list(gym.registry), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(env_id, gym.registry)
             namespace = env_id.split("/", 1)[0] if "/" in env_id else None
             if namespace and self.package is None and importlib.util.find_spec(namespace) is None:
                 # the namespace usually names the package that registers the id (gym_pusht/PushT-v0)

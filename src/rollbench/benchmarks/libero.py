@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib.util
 import json
 import os
@@ -572,11 +573,6 @@ def nest_robot_state(batch: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-_SUITE_CACHE: dict[tuple[str, str], list[Any]] = {}
-
-
+@functools.cache
 def _cached_suite_tasks(suite: str, assets: str) -> list[Any]:
-    key = (suite, assets)
-    if key not in _SUITE_CACHE:
-        _SUITE_CACHE[key] = suite_tasks(suite, Path(assets))
-    return _SUITE_CACHE[key]
+    return suite_tasks(suite, Path(assets))

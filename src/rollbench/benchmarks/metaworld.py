@@ -11,7 +11,6 @@ is a function of its seed alone.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 import pickle
@@ -29,7 +28,7 @@ from rollbench.benchmarks.native import NativeScene
 from rollbench.caches import cache_root
 from rollbench.config.env import BenchmarkConfig, Feature, register_benchmark, split_tasks
 from rollbench.config.fields import opt
-from rollbench.errors import ConfigError
+from rollbench.errors import ConfigError, did_you_mean
 
 MAX_PATH_LENGTH = 500
 AGENT_POS_DIM = 4  # hand xyz + gripper opening: the first 4 of the 39-d state
@@ -330,10 +329,8 @@ class MetaWorldConfig(BenchmarkConfig):
             elif item in names:
                 out[item] = [item]
             else:
-                close = difflib.get_close_matches(item, [*known, *names], n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
                 raise ConfigError(
-                    f"--env.task={item!r} is not a MetaWorld task or group.{hint} "
+                    f"--env.task={item!r} is not a MetaWorld task or group.{did_you_mean(item, [*known, *names])} "
                     f"Groups: {', '.join(known)}; tasks: see `rollbench list`."
                 )
         return out

@@ -167,8 +167,6 @@ def read_config(ckpt: Path) -> dict[str, Any]:
     return raw
 
 
-
-
 def import_config_class(ptype: Any) -> None:
     """Register the config class of `ptype` with LeRobot (only its module for LIGHT types),
     after the installed policy plugins, as lerobot-eval imports them first."""

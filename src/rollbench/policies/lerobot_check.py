@@ -221,11 +221,7 @@ def processor_rows(ckpt: Path, cfg: Mapping[str, Any], options: Mapping[str, str
 def _tokenizer_step(ckpt: Path) -> dict[str, Any] | None:
     """The config of the pre-processor's tokenizer step, if it has one: the one that tokenizes
     the prompt (pi0-FAST's first "tokenizer" step only writes it)."""
-    try:
-        steps = json.loads((ckpt / "policy_preprocessor.json").read_text()).get("steps") or []
-    except (OSError, ValueError):
-        return None
-    found = [step.get("config") for step in steps if "tokenizer" in str(step.get("registry_name", ""))]
+    found = [step.get("config") for step in _steps(ckpt, "preprocessor") if "tokenizer" in str(step.get("registry_name", ""))]
     configs = [config if isinstance(config, dict) else {} for config in found]
     return next((config for config in configs if "tokenizer_name" in config), configs[0] if configs else None)
 
@@ -315,12 +311,10 @@ def _action_rows(outputs: Mapping[str, Any], modes: Mapping[str, str], have: set
     if ft is None:
         return [Row("action", "(no action output)", f"{list(space_shape)}", "hard", "not a policy checkpoint?")]
     shape = tuple(ft.get("shape") or ())
-    rows = []
     if shape != space_shape:
-        rows.append(Row("action", f"ACTION{list(shape)}", f"env takes {list(space_shape)}", "hard",
-                        "the checkpoint drives another robot or control mode (--env.type / --env.control_mode)"))
-        return rows
-    rows.append(Row("action", f"ACTION{list(shape)}", f"env takes {list(space_shape)}", "ok"))
+        return [Row("action", f"ACTION{list(shape)}", f"env takes {list(space_shape)}", "hard",
+                    "the checkpoint drives another robot or control mode (--env.type / --env.control_mode)")]
+    rows = [Row("action", f"ACTION{list(shape)}", f"env takes {list(space_shape)}", "ok")]
     rows.extend(_stats_row("action", "ACTION", modes, have))
     low, high = getattr(action_space, "low", None), getattr(action_space, "high", None)
     bounds = _action_range(ckpt)

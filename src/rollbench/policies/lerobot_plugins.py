@@ -183,19 +183,6 @@ def lerobot_versions() -> dict[str, str]:
     return {**out, **discover().versions()}
 
 
-def plugin_types() -> dict[str, str]:
-    """{policy type: the plugin module that registered it} once the plugins are imported."""
-    from lerobot.configs.policies import PreTrainedConfig  # optional: lerobot
-
-    discover()
-    out: dict[str, str] = {}
-    for name in PreTrainedConfig.get_known_choices():
-        module = PreTrainedConfig.get_choice_class(name).__module__.split(".")[0]
-        if module.startswith(PLUGIN_PREFIX):
-            out[name] = module
-    return out
-
-
 def lerobot_types() -> list[str]:
     """Every policy type LeRobot knows here: its own and the plugins'."""
     from lerobot.configs.policies import PreTrainedConfig  # optional: lerobot

@@ -249,11 +249,7 @@ def _pair(ea: Sequence[Episode], eb: Sequence[Episode]) -> stats.Paired | None:
     sb = {e.seed: e.success for e in eb}
     if None in sa or None in sb or len(sa) != len(ea) or len(sb) != len(eb) or sa.keys() != sb.keys() or not sa:
         return None
-    cells = [0, 0, 0, 0]
-    for seed, won_a in sa.items():
-        cells[(0 if won_a else 2) + (0 if sb[seed] else 1)] += 1
-    both, only_a, only_b, neither = cells
-    return stats.Paired(both, only_a, only_b, neither)
+    return stats.Paired.of(sa, sb)
 
 
 def _test(a: Rate, b: Rate, paired: stats.Paired | None, alpha: float) -> tuple[tuple[float, float], str, float]:

@@ -10,8 +10,9 @@ from rollbench import stats
 from rollbench.errors import ConfigError, did_you_mean
 from rollbench.report import plots
 from rollbench.report.compare import Comparison, Rate, Row, compare_runs
-from rollbench.report.html import esc, page, table, write_atomic
+from rollbench.report.html import esc, page, table
 from rollbench.report.runs import LoadedRun, command_line, load_run
+from rollbench.results.store import write_text_atomic
 from rollbench.writable import output_file
 
 COMPARE_HELP = """usage: rollbench compare A B [--html=OUT] [--fail-if-worse] [--alpha=0.05] [--seed_a=S] [--seed_b=S]
@@ -142,6 +143,13 @@ def _run_block(side: str, run: LoadedRun) -> Iterator[str]:
 
 def html_page(cmp: Comparison) -> str:
     verdict_class = {"better": "ok", "worse": "bad"}
+
+    def marked(r: Row, cells: tuple[str, ...]) -> list[str]:
+        """The row's cells, escaped, its verdict coloured."""
+        c = [esc(x) for x in cells]
+        c[7] = f'<span class="{verdict_class.get(r.verdict, "muted")}">{c[7]}</span>'
+        return c
+
     body = [f"<h1>B: {esc(cmp.b.describe())} against A: {esc(cmp.a.describe())}</h1>"]
     body += [f'<p class="verdict">{esc(v)}</p>' for v in cmp.verdicts()]
     body += [f'<p class="warn">{esc(w)}</p>' for w in cmp.warnings]
@@ -149,23 +157,13 @@ def html_page(cmp: Comparison) -> str:
     body.append("<h2>B - A per task</h2>")
     body.append(plots.differences([plots.Difference(r.name, r.diff, r.ci[0], r.ci[1], r.verdict) for r in cmp.tasks]))
     rows = [*cmp.tasks, cmp.overall] if len(cmp.tasks) > 1 else cmp.tasks
-    cells = []
-    for r in rows:
-        c = [esc(x) for x in _cells(r, overall=r is cmp.overall)]
-        c[7] = f'<span class="{verdict_class.get(r.verdict, "muted")}">{c[7]}</span>'
-        cells.append(c)
-    body.append(table(_header(cmp), cells, raw=True))
+    body.append(table(_header(cmp), [marked(r, _cells(r, overall=r is cmp.overall)) for r in rows], raw=True))
     if cmp.conditions:
         body.append("<h2>B - A per condition</h2>")
         body.append(f'<p class="muted">--eval.perturb: each condition\'s episodes of every task, paired with the same '
                     f"condition's in the other run; p Holm across the {len(cmp.conditions)} conditions.</p>")
         body.append(plots.differences([plots.Difference(r.name, r.diff, r.ci[0], r.ci[1], r.verdict) for r in cmp.conditions]))
-        rows_c = []
-        for r in cmp.conditions:
-            c = [esc(x) for x in _condition_cells(r)]
-            c[7] = f'<span class="{verdict_class.get(r.verdict, "muted")}">{c[7]}</span>'
-            rows_c.append(c)
-        body.append(table(("condition", *_header(cmp)[1:]), rows_c, raw=True))
+        body.append(table(("condition", *_header(cmp)[1:]), [marked(r, _condition_cells(r)) for r in cmp.conditions], raw=True))
     body.append("<h2>Runs</h2>")
     body += [*_run_block("A", cmp.a), *_run_block("B", cmp.b)]
     return page(f"rollbench compare: B {cmp.b.describe()} against A {cmp.a.describe()}", body)
@@ -269,6 +267,6 @@ def compare_main(positional: list[str], flags: dict[str, Any]) -> int:
     if seq is not None:
         print("\n" + seq.text())
     if "html" in opts:
-        write_atomic(opts["html"], html_page(cmp))
+        write_text_atomic(opts["html"], html_page(cmp))
         print(f"\ncomparison page: {opts['html']}")
     return 1 if opts.get("fail_if_worse") and cmp.b_worse else 0

@@ -9,11 +9,8 @@ videos next to it, by relative path.
 from __future__ import annotations
 
 import html
-import os
-import socket
 import urllib.parse
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 CSS = """
 :root { color-scheme: light; --fg: #212529; --muted: #6c757d; --line: #dee2e6; --ok: #2b8a3e; --bad: #c92a2a; }
@@ -76,15 +73,3 @@ def table(header: Sequence[str], rows: Iterable[Sequence[object]], raw: bool = F
 def src(relative: str) -> str:
     """A relative path as a URL attribute value (spaces and '#' in names stay file names)."""
     return esc(urllib.parse.quote(relative))
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary name in the same directory: a reader never sees half a page."""
-    # open(), not mkstemp: the page gets the umask's permissions (mkstemp's are owner-only)
-    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

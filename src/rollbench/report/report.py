@@ -19,9 +19,10 @@ from typing import Any
 
 from rollbench.errors import ConfigError, did_you_mean
 from rollbench.report import plots, robustness
-from rollbench.report.html import cards, esc, page, src, table, write_atomic
+from rollbench.report.html import cards, esc, page, src, table
 from rollbench.report.runs import LoadedRun, command_line, load_run
 from rollbench.results.log import read_records
+from rollbench.results.store import write_text_atomic
 from rollbench.stats import wilson
 from rollbench.writable import output_file
 
@@ -282,7 +283,7 @@ def write_report(output_dir: str | Path, out: str | Path | None = None, videos_p
     """Write the report of the run in `output_dir` (default `output_dir/report.html`); its path."""
     run = load_run(str(output_dir), "rollbench report DIR")
     path = Path(out) if out is not None else run.root / REPORT
-    write_atomic(path, render(run, path.resolve(), videos_per_task))
+    write_text_atomic(path, render(run, path.resolve(), videos_per_task))
     return path
 
 

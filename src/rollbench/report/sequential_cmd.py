@@ -56,13 +56,7 @@ class SequentialComparison:
             rows.append(self._row(name, self.result.tasks[name], a, b, self.available[key]))
         if len(self.names) > 1:
             pa, pb = self.pooled_order()
-            pooled = self.result.pooled
-            n = pooled.stopped_at if pooled.stopped_at is not None else len(pa)
-            lo, hi = pooled.interval
-            ka, kb = sum(pa[:n]), sum(pb[:n])
-            rows.append(("pooled", f"{n} of {len(pa)}", f"{ka}/{n}", f"{kb}/{n}", f"{pooled.b_wins}/{pooled.n_discordant}",
-                         _e(pooled.e_value), f"{100 * (kb - ka) / max(n, 1):+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]",
-                         pooled.decision))
+            rows.append(self._row("pooled", self.result.pooled, pa, pb, len(pa)))
         widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
         t = len(self.names)
         levels = f"each of {t} task{'s' * (t != 1)} at alpha/{t} = {self.alpha / t:.3g}, pooled at {self.alpha:g}"

@@ -68,19 +68,25 @@ def sweep_partial_videos(output_dir: Path) -> int:
     return removed
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    # host and pid: shards on several machines may write into one shared directory
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` via a temporary name in the same directory, fsync'ed: a reader never sees
+    half a file."""
+    # host and pid: shards on several machines may write into one shared directory; open(), not
+    # mkstemp: the file gets the umask's permissions (mkstemp's are owner-only)
     tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, allow_nan=False)
-            fh.write("\n")
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:  # a full disk, say: no half-written temporary file stays behind
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
 
 
 def _moved_commit_hint(old: dict[str, Any], new: dict[str, Any]) -> str:

@@ -29,25 +29,10 @@ from rollbench.results.records import EpisodeRecord
 from rollbench.results.summary import aggregate
 from rollbench.stats import Paired, holm, mcnemar_exact, mcnemar_interval
 
-Pair = tuple[str, int, int]  # (task_group, task_id, index of the episode within its condition)
-
 
 def _rate(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
     agg = aggregate(records)
     return {k: agg[k] for k in ("n_episodes", "n_success", "pc_success", "pc_success_ci95", "avg_sum_reward")}
-
-
-def _paired(control: dict[Pair, bool], mine: dict[Pair, bool]) -> Paired:
-    both = only_c = only_m = neither = 0
-    for key, ok in mine.items():
-        if key not in control:
-            continue
-        ref = control[key]
-        both += ref and ok
-        only_c += ref and not ok
-        only_m += ok and not ref
-        neither += not ref and not ok
-    return Paired(both, only_c, only_m, neither)
 
 
 def _versus(t: Paired) -> dict[str, Any]:
@@ -79,6 +64,7 @@ def per_condition(
     sweep's (`merged` is then each (task, condition)'s counted prefix): each task's entry
     carries its `stop` (stopping/section.py's `condition_stops`)."""
     recs = _finished(merged, conditions)
+    # pairs: (task_group, task_id, index of the episode within its condition)
     outcomes = {cid: {(r.task_group, r.task_id, r.episode_index % n_per_condition): r.success for r in mine}
                 for cid, mine in recs.items()}
     control = outcomes[""]
@@ -94,11 +80,11 @@ def per_condition(
                 entry["stop"] = stop_of(mine, cid)
             if cid:
                 only = {k: v for k, v in outcomes[cid].items() if k[:2] == (group, task_id)}
-                entry["vs_control"] = _versus(_paired(control, only))
+                entry["vs_control"] = _versus(Paired.of(control, only))
             per_task.append(entry)
         item: dict[str, Any] = {"condition": cid, "axes": perturb.condition(cid).to_json(), **_rate(recs[cid])}
         if cid:
-            item["vs_control"] = _versus(_paired(control, outcomes[cid]))
+            item["vs_control"] = _versus(Paired.of(control, outcomes[cid]))
         item["per_task"] = per_task
         out.append(item)
     tested = [c for c in out if c["condition"] and "p_mcnemar" in c["vs_control"]]

@@ -228,17 +228,6 @@ def _edges(inside: Callable[[np.ndarray], np.ndarray], brackets: list[tuple[floa
     return [out for out, _ in brackets]
 
 
-def coverage(s: Sampling, ps: Sequence[float], alpha: float = ALPHA) -> np.ndarray:
-    """Exact coverage of `interval` at each p: the probability of the stop points whose
-    interval holds p."""
-    pts = _points(s)
-    bounds = np.array([interval(s, int(j), int(k), alpha) for j, k in zip(pts.looks, pts.k, strict=True)])
-    probs = distribution(s, np.asarray(ps, dtype=float))
-    p = np.asarray(ps, dtype=float)[:, None]
-    holds = (bounds[None, :, 0] <= p) & (p <= bounds[None, :, 1])
-    return (probs * holds).sum(axis=1)
-
-
 @dataclass(frozen=True)
 class TaskEstimate:
     """One stopped task: the unbiased rate, its exact interval, and its variance for means."""

@@ -98,17 +98,6 @@ class TaskComparison:
     pooled: SequentialResult
 
 
-def log_capital(d: np.ndarray, deltas: np.ndarray = GRID) -> np.ndarray:
-    """log K_t(m) after each pair, for each candidate difference: shape (rows, len(deltas), t)
-    from d of shape (rows, t) in {-1, 0, 1}. Only for small inputs (tests, one comparison):
-    `_run` keeps one time step in memory instead."""
-    d = np.atleast_2d(np.asarray(d, dtype=float))
-    out = np.zeros((d.shape[0], len(deltas), d.shape[1]))
-    for t, log_k in enumerate(_capital_steps(d, np.asarray(deltas, dtype=float))):
-        out[:, :, t] = log_k
-    return out
-
-
 def _capital_steps(d: np.ndarray, deltas: np.ndarray) -> Iterator[np.ndarray]:
     """Yield log K_t(Delta) of every row and candidate after each pair t = 1, 2, ...: the
     betting process of stopping/estimates.py on y = (d + 1) / 2, whose mean is (1 + Delta) / 2."""
