@@ -435,3 +435,11 @@ def test_cpu_driver_inference_uses_the_threads_the_workers_leave():
     assert infer_ms(probe, 1, threads=8) == pytest.approx(10.0)
     assert 10.0 < infer_ms(probe, 1, threads=2) < 40.0
     assert continuous_driver(probe, 2, 1).steps_per_s > continuous_driver(probe, 8, 1).steps_per_s / 4
+
+
+def test_auto_mode_in_the_model_is_decides_own_rule():
+    """--eval.mode=auto with --eval.isolation=none runs lockstep (decide.auto_mode): tune's
+    candidates are lockstep ones too, not continuous ones the run could never take."""
+    assert {c.mode for c in candidates(recorded(cores=4, step_ms=1.0))} == {"continuous"}
+    assert {c.mode for c in candidates(recorded(cores=4, step_ms=1.0, same_process=True))} == {"lockstep"}
+    assert {c.mode for c in candidates(recorded(cores=4, step_ms=1.0, per_slot_state=False))} == {"lockstep"}

@@ -104,6 +104,12 @@ def default_slots(step_cost_ms: float, placement: str, workers: int) -> int:
     return max(1, min(16, max(amortise, batch)))
 
 
+def auto_mode(per_slot_state: bool, same_process: bool = False) -> str:
+    """--eval.mode=auto's mode: continuous where the policy keeps per-slot state and the envs
+    step in worker processes, else lockstep (tune's model asks the same)."""
+    return "continuous" if per_slot_state and not same_process else "lockstep"
+
+
 def decide_mode(cfg: RunConfig, policy: Any) -> str:
     per_slot = policy.per_slot_state
     same_process = cfg.eval.isolation == "none"
@@ -113,7 +119,7 @@ def decide_mode(cfg: RunConfig, policy: Any) -> str:
             "steps them in worker processes: use --eval.mode=lockstep (or auto) with it, or drop it"
         )
     if cfg.eval.mode == "auto":
-        return "continuous" if per_slot and not same_process else "lockstep"
+        return auto_mode(per_slot, same_process)
     if cfg.eval.mode == "continuous" and not per_slot:
         raise ConfigError(
             f"--eval.mode=continuous: policy {cfg.policy.type!r} keeps no per-slot state; use --eval.mode=lockstep or auto"

@@ -58,6 +58,7 @@ def run_shape(cfg: RunConfig, n_units: int) -> RunShape:
     return RunShape(
         n_units=n_units, n_tasks=len(tasks), n_episodes=cfg.eval.n_episodes,
         videos_per_task=cfg.eval.max_episodes_rendered, device=cfg.policy.device, mode=cfg.eval.mode,
+        same_process=cfg.eval.isolation == "none",
         placement=cfg.policy.placement, render_device=cfg.render_device, renders_obs=cfg.env.renders_obs,
     )
 

@@ -123,6 +123,7 @@ class RunShape:
     videos_per_task: int
     device: str
     mode: str = "auto"  # the user's --eval.mode
+    same_process: bool = False  # --eval.isolation=none: lockstep's envs step in the run's process
     placement: str = "auto"  # the user's --policy.placement
     render_device: str = "auto"
     renders_obs: bool = False  # observations are images: every step renders

@@ -42,6 +42,7 @@ import math
 from dataclasses import dataclass, field
 
 from rollbench.scheduler.common import driver_threads as scheduler_driver_threads
+from rollbench.scheduler.decide import auto_mode
 from rollbench.tune.figures import InferencePoint, Probe
 
 #: below this fraction, a candidate with more processes/slots is not worth it
@@ -412,9 +413,7 @@ def gpu_batch_cap(probe: Probe) -> int | None:
 
 def candidates(probe: Probe) -> list[Candidate]:
     run, c = probe.run, cores(probe)
-    mode = run.mode
-    if mode == "auto":
-        mode = "continuous" if probe.policy.per_slot_state else "lockstep"
+    mode = run.mode if run.mode != "auto" else auto_mode(probe.policy.per_slot_state, run.same_process)
     placement = run.placement if run.placement != "auto" else probe.policy.placement
     out: list[Candidate] = []
     max_workers = max(1, min(memory_cap(probe), 2 * c, run.n_units))
