@@ -44,7 +44,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(ns.repeats):
             for n in counts:  # interleaved, so drift on the machine hits every count alike
-                args = base if n == 1 else [*base, f"--eval.num_shards={n}", "--launch=local"]
+                args = base if n == 1 else [*base, f"--eval.num_shards={n}", "--executor=shards"]
                 results[n].append(wall(args, Path(tmp) / f"n{n}-r{r}"))
                 print(f"  repeat {r + 1}/{ns.repeats}, {n} shard(s): {results[n][-1]:.1f} s", file=sys.stderr)
     one = statistics.median(results[counts[0]])

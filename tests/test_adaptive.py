@@ -149,7 +149,7 @@ def check_estimates(info: dict, fixed: dict) -> None:
         ("--eval.mode=continuous", "--workers=2", "--policy.placement=driver"),
         ("--eval.mode=lockstep", "--eval.batch_size=7"),
         ("--eval.mode=lockstep", "--eval.isolation=none"),
-        ("--eval.num_shards=2", "--launch=local"),
+        ("--eval.num_shards=2", "--executor=shards"),
     ],
     ids=["workers1", "workers2", "driver", "lockstep-b7", "lockstep-here", "shards2"],
 )

@@ -99,7 +99,7 @@ def test_an_executor_plugin_gives_the_episodes_of_the_local_executor(tmp_path):
     local executor's continuous and lockstep runs, with its facts in eval_info.json."""
     listed = run_subprocess("list", timeout=120, **EXECUTOR)
     assert listed.rc == 0, listed.err
-    assert listed.out.split("executors (--executor):", 1)[1].split("\n\n")[0].split() == ["local", "ray", "serial"]
+    assert listed.out.split("executors (--executor):", 1)[1].split("\n\n")[0].split() == ["local", "ray", "serial", "shards"]
     results = {}
     for name, flags in {"serial": ("--executor=serial",), "local": ("--workers=2",),
                         "lockstep": ("--eval.mode=lockstep", "--eval.batch_size=4"),
@@ -124,7 +124,7 @@ def test_an_executor_plugin_gives_the_episodes_of_the_local_executor(tmp_path):
 
 def test_executor_refusals_are_one_line_errors(tmp_path):
     cases = [
-        ({}, "--executor=serial", "--executor=serial: no executor named 'serial'. Known: local, ray."),
+        ({}, "--executor=serial", "--executor=serial: no executor named 'serial'. Known: local, ray, shards."),
         (EXECUTOR, "--executor=seriall", "Did you mean 'serial'?"),
         (EXECUTOR, "--executor.fresh_envs=true", "--executor.fresh_envs: --executor=local takes no --executor.* flags"),
     ]
@@ -139,6 +139,7 @@ def test_executor_refusals_are_one_line_errors(tmp_path):
     res = run_subprocess(*NOISY, "--executor=serial", "--eval.num_shards=2", "--launch=local",
                          f"--output_dir={tmp_path / 'o'}", timeout=60, **EXECUTOR)
     assert res.rc == 2 and "--executor=serial with --launch=local is not allowed" in res.err, res.err
+    assert "--launch=local is now --executor=shards" in res.err
     assert not (tmp_path / "o").exists()
 
 

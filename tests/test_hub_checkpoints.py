@@ -110,7 +110,7 @@ def test_a_moved_branch_does_not_mix_checkpoints_in_one_run(act_ckpt: Path, tmp_
 def test_shard_processes_find_the_driver_s_commit(act_ckpt: Path, tmp_path: Path) -> None:
     cache, out = tmp_path / "hub", tmp_path / "run"
     put_in_cache(cache, REPO_ID, COMMIT_A, act_ckpt)
-    res = run_subprocess(*eval_args(REPO_ID, out, "--eval.num_shards=2", "--launch=local"), **offline(cache))
+    res = run_subprocess(*eval_args(REPO_ID, out, "--eval.num_shards=2", "--executor=shards"), **offline(cache))
     assert res.rc == 0, res.err[-3000:]
     assert len(per_episode(out)) == 3
     # each child was handed the commit, so it looked nothing up (its argv is the first line of its log)

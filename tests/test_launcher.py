@@ -1,5 +1,6 @@
-"""`--launch=local`: N shard processes on this machine, merged, exactly the single-process
-result; a failed shard is named with its log and the command that reruns just it."""
+"""`--executor=shards` (was `--launch=local`, still read as it): N shard processes on this
+machine, merged, exactly the single-process result; a failed shard is named with its log and
+the command that reruns just it."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 @pytest.mark.parametrize("n", [1, 2])
 def test_local_shards_match_one_process(tmp_path: Path, single: dict, n: int) -> None:
-    res = run_subprocess(*FAKE, f"--eval.num_shards={n}", "--launch=local", f"--output_dir={tmp_path}")
+    res = run_subprocess(*FAKE, f"--eval.num_shards={n}", "--executor=shards", f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     assert f"12 episodes run in {n} shard processes; complete" in res.out
     assert "overall" in res.out
@@ -53,7 +54,7 @@ def test_local_shards_match_one_process(tmp_path: Path, single: dict, n: int) ->
 
 
 def test_local_launch_resumes_and_reruns_nothing_done(tmp_path: Path, single: dict) -> None:
-    args = (*FAKE, "--eval.num_shards=2", "--launch=local", f"--output_dir={tmp_path}")
+    args = (*FAKE, "--eval.num_shards=2", "--executor=shards", f"--output_dir={tmp_path}")
     assert run_subprocess(*args).rc == 0
     calls = load_info(tmp_path)["policy_calls"]
     res = run_subprocess(*args)
@@ -64,18 +65,39 @@ def test_local_launch_resumes_and_reruns_nothing_done(tmp_path: Path, single: di
     assert load_info(tmp_path)["policy_calls"] == calls and calls["calls"] > 0
 
 
-def test_launch_local_refuses_a_shard_id(tmp_path: Path) -> None:
-    res = run_subprocess(*FAKE, "--eval.num_shards=2", "--eval.shard_id=1", "--launch=local", f"--output_dir={tmp_path}")
+def test_shards_executor_refuses_a_shard_id(tmp_path: Path) -> None:
+    res = run_subprocess(*FAKE, "--eval.num_shards=2", "--eval.shard_id=1", "--executor=shards", f"--output_dir={tmp_path}")
     assert res.rc == 2
-    assert res.err.strip().startswith("rollbench: error: --eval.shard_id=1 is not allowed with --launch=local")
+    assert res.err.strip().startswith("rollbench: error: --eval.shard_id=1 is not allowed with --executor=shards")
     assert len(res.err.strip().splitlines()) == 1
+
+
+def test_the_old_launch_local_spelling_is_the_shards_executor(tmp_path: Path, single: dict) -> None:
+    """`--launch=local` still runs the shard launcher, with one warning naming the new flag,
+    and gives the same episodes; its run resumes as `--executor=shards` (one run, either spelling)."""
+    res = run_subprocess(*FAKE, "--eval.num_shards=2", "--launch=local", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    warnings = [line for line in res.err.splitlines() if "--launch=local" in line]
+    assert warnings == ["WARNING: --launch=local is now --executor=shards; the old spelling still works"], res.err
+    assert "12 episodes run in 2 shard processes; complete" in res.out
+    assert per_episode(tmp_path) == single
+    info = load_info(tmp_path)
+    assert info["executor"]["name"] == "shards" and info["config"]["executor"] == "shards"
+    assert "launch" not in info["config"]
+    for k in range(2):  # the children run their shard in-process, warned of nothing
+        text = (tmp_path / "logs" / f"shard-{k}.log").read_text()
+        assert "--executor=local" in text and "--launch" not in text
+    res = run_subprocess(*FAKE, "--eval.num_shards=2", "--executor=shards", f"--output_dir={tmp_path}")
+    assert res.rc == 0, res.err
+    assert "0 episodes run in 2 shard processes; complete" in res.out and "WARNING" not in res.err
+    assert per_episode(tmp_path) == single
 
 
 @pytest.mark.parametrize("mode", ["lockstep", "continuous"])
 def test_a_failed_shard_is_named_with_its_rerun_command(tmp_path: Path, single: dict, mode: str) -> None:
     # seed 1001 is episode 1 of every task: shard 1 of 2 fails, shard 0 finishes
     plugin = {"ROLLBENCH_PLUGINS": "failing_bench"}
-    args = ("eval", "--env.type=fake_failing", *FAKE[2:], "--eval.num_shards=2", "--launch=local",
+    args = ("eval", "--env.type=fake_failing", *FAKE[2:], "--eval.num_shards=2", "--executor=shards",
             f"--eval.mode={mode}", f"--output_dir={tmp_path}")
     res = run_subprocess(*args, RB_FAIL_SEED="1001", **plugin)
     assert res.rc == 1
@@ -90,7 +112,7 @@ def test_a_failed_shard_is_named_with_its_rerun_command(tmp_path: Path, single: 
     commands = [line.strip() for line in res.err.splitlines() if line.strip().startswith("rollbench ")]
     assert len(commands) == 2
     rerun, merge = commands
-    assert rerun.endswith("--eval.shard_id=1") and "--launch" not in rerun
+    assert rerun.endswith("--eval.shard_id=1") and "--executor" not in rerun
     assert merge == f"rollbench merge {tmp_path}"
     # the printed commands, run as printed (the cause gone), complete the run
     for command in (rerun, merge):
@@ -102,7 +124,7 @@ def test_a_failed_shard_is_named_with_its_rerun_command(tmp_path: Path, single: 
 
 def test_ctrl_c_stops_every_shard_and_says_how_to_resume(tmp_path: Path, single: dict) -> None:
     args = (*FAKE, "--env.step_sleep_s=0.03", "--eval.batch_size=1", "--eval.mode=lockstep",
-            "--eval.num_shards=2", "--launch=local", f"--output_dir={tmp_path}")
+            "--eval.num_shards=2", "--executor=shards", f"--output_dir={tmp_path}")
     proc = subprocess.Popen([sys.executable, "-m", "rollbench", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=REPO)
     try:
@@ -134,14 +156,14 @@ def test_metaworld_two_local_shards_match_one_process(tmp_path: Path) -> None:
     args = ("eval", "--env.type=metaworld", "--env.task=reach-v3,push-v3", "--policy.type=expert", "--eval.n_episodes=2")
     one, two = tmp_path / "one", tmp_path / "two"
     assert run_subprocess(*args, f"--output_dir={one}").rc == 0
-    res = run_subprocess(*args, "--eval.num_shards=2", "--launch=local", f"--output_dir={two}")
+    res = run_subprocess(*args, "--eval.num_shards=2", "--executor=shards", f"--output_dir={two}")
     assert res.rc == 0, res.err
     assert per_episode(two) == per_episode(one)
     assert len(per_episode(one)) == 4
 
 
 def test_workers_auto_probes_once_and_sizes_each_shard(tmp_path: Path, single: dict) -> None:
-    res = run_subprocess(*FAKE, "--eval.num_shards=2", "--launch=local", "--workers=auto", "--tune.budget_s=2",
+    res = run_subprocess(*FAKE, "--eval.num_shards=2", "--executor=shards", "--workers=auto", "--tune.budget_s=2",
                          f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     assert "measuring this machine once for all 2 shards" in res.err
@@ -162,7 +184,7 @@ def test_overrides_are_decided_once_and_travel_as_json(monkeypatch) -> None:
     from rollbench.rendering import Gpu
 
     monkeypatch.setattr(decide, "cpu_count", lambda: 8)
-    flags = {"env.type": "fake", "policy.type": "expert", "output_dir": "x", "eval.num_shards": "3", "launch": "local"}
+    flags = {"env.type": "fake", "policy.type": "expert", "output_dir": "x", "eval.num_shards": "3", "executor": "shards"}
     gpus = [Gpu(0, 100), Gpu(1, 900)]
     got = decide.overrides(config_from_flags(flags), gpus=gpus)
     assert [(o.shard_id, o.gpu, o.workers) for o in got] == [(0, 1, 2), (1, 0, 2), (2, 1, 2)]

@@ -68,7 +68,7 @@ def test_so101_plugin_end_to_end(cli, tmp_path: Path) -> None:
     first = cli(*flags, *sharded, "--eval.shard_id=0")
     assert first.rc == 0, first.err
     assert len(per_episode(tmp_path / "s")) == 2
-    rest = cli(*flags, *sharded, "--launch=local")
+    rest = cli(*flags, *sharded, "--executor=shards")
     assert rest.rc == 0, rest.err
     assert per_episode(tmp_path / "s") == eps
 

@@ -28,7 +28,7 @@ def test_a_users_mujoco_gl_wins_in_every_shard_and_worker(tmp_path: Path) -> Non
     rec = tmp_path / "calls.txt"
     res = run_subprocess(
         *FAKE, "--policy.type=module", "--policy.path=helpers_policies:cheap_recording", "--policy.placement=worker",
-        "--eval.num_shards=2", "--launch=local", "--workers=1", f"--output_dir={tmp_path / 'out'}",
+        "--eval.num_shards=2", "--executor=shards", "--workers=1", f"--output_dir={tmp_path / 'out'}",
         MUJOCO_GL="osmesa", ROLLBENCH_TEST_RECORD=str(rec),
     )
     assert res.rc == 0, res.err
@@ -232,7 +232,7 @@ def test_eval_info_has_a_schema_version_and_the_command(tmp_path: Path, policy: 
     res = run_subprocess(*FAKE, *policy, f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     info = load_info(tmp_path)
-    assert info["schema_version"] == 3
+    assert info["schema_version"] == 4
     assert info["command"][:2] == ["rollbench", "eval"] and f"--output_dir={tmp_path}" in info["command"]
     for key in ("per_task", "per_group", "overall", "status", "config", "versions", "scheduling"):
         assert key in info

@@ -169,7 +169,7 @@ def test_record_failures_keeps_exactly_the_failed_episodes(tmp_path: Path) -> No
 
 
 def test_shards_write_their_parts_and_the_launcher_joins_them(tmp_path: Path) -> None:
-    res = run_subprocess(*FAKE, "--eval.num_shards=2", "--launch=local", f"--output_dir={tmp_path}")
+    res = run_subprocess(*FAKE, "--eval.num_shards=2", "--executor=shards", f"--output_dir={tmp_path}")
     assert res.rc == 0, res.err
     _, columns = load(tmp_path)
     check_against_log(tmp_path, columns)

@@ -32,10 +32,10 @@ CONDITIONS = ("", "state.noise=0.5", "action.noise=0.3", "language.drop=1", "lan
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A recorded sweep run in two shards (--launch=local): each writes its episodes' parts,
+    """A recorded sweep run in two shards (--executor=shards): each writes its episodes' parts,
     the launcher joins them into the one dataset."""
     out = tmp_path_factory.mktemp("sweep")
-    res = run_subprocess(*SWEEP, "--eval.num_shards=2", "--launch=local", f"--output_dir={out}")
+    res = run_subprocess(*SWEEP, "--eval.num_shards=2", "--executor=shards", f"--output_dir={out}")
     assert res.rc == 0, res.err
     return out
 

@@ -118,7 +118,7 @@ def fixed_seeds(tmp_path_factory: pytest.TempPathFactory) -> dict:
 @pytest.mark.parametrize(
     "mode",
     [("--eval.mode=continuous", "--workers=2"), ("--eval.mode=lockstep", "--eval.batch_size=4"),
-     ("--eval.num_shards=2", "--launch=local")],
+     ("--eval.num_shards=2", "--executor=shards")],
     ids=["continuous", "lockstep", "shards2"],
 )
 def test_seeds_with_ci_width_stop_on_prefixes_that_go_round_robin_over_the_seeds(

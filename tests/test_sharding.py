@@ -50,10 +50,10 @@ def test_hand_shards_merge_to_the_single_run(cli, tmp_path: Path, single: Path, 
 def test_every_way_of_running_writes_the_same_keys_and_the_command_that_reruns_it(
     cli, tmp_path: Path, single: Path
 ) -> None:
-    """One process, --launch=local, and hand shards merged: the same top-level keys of
+    """One process, --executor=shards, and hand shards merged: the same top-level keys of
     eval_info.json (Ray's: tests/test_ray.py), each with the command that reruns the run; a
     merge's is its shards' run as one process, and running it gives the same episodes."""
-    res = run_subprocess(*FAKE, f"--output_dir={tmp_path / 'local'}", "--eval.num_shards=2", "--launch=local")
+    res = run_subprocess(*FAKE, f"--output_dir={tmp_path / 'local'}", "--eval.num_shards=2", "--executor=shards")
     assert res.rc == 0, res.err
     run_shards(cli, tmp_path / "hand", 2, range(2))
     assert cli("merge", str(tmp_path / "hand")).rc == 0
@@ -61,8 +61,9 @@ def test_every_way_of_running_writes_the_same_keys_and_the_command_that_reruns_i
              (("one", single), ("local", tmp_path / "local"), ("merge", tmp_path / "hand"))}
     keys = {name: list(info) for name, info in infos.items()}
     assert keys["one"] == keys["local"] == keys["merge"], keys
-    assert {info["schema_version"] for info in infos.values()} == {3}
-    assert [infos[n]["executor"]["name"] for n in infos] == ["local", "launch-local", "merge"]
+    assert {info["schema_version"] for info in infos.values()} == {4}
+    # the executor the user named, in eval_info.json as named (schema 4: it was "launch-local")
+    assert [infos[n]["executor"]["name"] for n in infos] == ["local", "shards", "merge"]
     # one shape (schema 3): mode is how the units were scheduled, scheduling the Schedule's keys
     assert [infos[n]["mode"] for n in infos] == ["lockstep", "lockstep", None]
     assert set(infos["one"]["scheduling"]) == set(infos["local"]["scheduling"]) and infos["merge"]["scheduling"] is None
@@ -90,8 +91,8 @@ def test_a_shard_with_no_units_is_fine(cli, tmp_path: Path) -> None:
     assert sorted(per_episode(tmp_path)) == [("near", 0, 0), ("near", 0, 1)]
 
 
-def test_launch_local_three_shards_matches_the_single_run(tmp_path: Path, single: Path) -> None:
-    res = run_subprocess(*FAKE, f"--output_dir={tmp_path}", "--eval.num_shards=3", "--launch=local")
+def test_shards_executor_three_shards_matches_the_single_run(tmp_path: Path, single: Path) -> None:
+    res = run_subprocess(*FAKE, f"--output_dir={tmp_path}", "--eval.num_shards=3", "--executor=shards")
     assert res.rc == 0, res.err
     assert "overall" in res.out and "complete" in res.out
     assert per_episode(tmp_path) == per_episode(single)

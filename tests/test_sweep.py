@@ -413,11 +413,11 @@ def test_bad_paraphrases_are_one_line_before_any_episode(tmp_path: Path, flags: 
 
 
 def test_a_sharded_sweep_is_the_one_process_sweep(tmp_path: Path) -> None:
-    """--eval.num_shards=2 --launch=local: the shards split the conditions' units between them;
+    """--eval.num_shards=2 --executor=shards: the shards split the conditions' units between them;
     the merged run has every condition's episodes and the same per_condition."""
     one, sharded = tmp_path / "one", tmp_path / "sharded"
     assert run_subprocess(*BASE, "--workers=1", f"--output_dir={one}", timeout=300).rc == 0
-    res = run_subprocess(*BASE, "--eval.num_shards=2", "--launch=local", f"--output_dir={sharded}", timeout=300)
+    res = run_subprocess(*BASE, "--eval.num_shards=2", "--executor=shards", f"--output_dir={sharded}", timeout=300)
     assert res.rc == 0, res.err
     both = {}
     for name, out in (("one", one), ("sharded", sharded)):

@@ -157,7 +157,7 @@ def test_several_gpus_get_one_local_shard_each():
     assert rec.num_shards == 4
     assert rec.workers <= 8  # each shard gets its share of the cores
     flags = tune.recommended_flags(rec)
-    assert "--eval.num_shards=4" in flags and "--launch=local" in flags
+    assert "--eval.num_shards=4" in flags and "--executor=shards" in flags and not any("launch" in f for f in flags)
     assert "--render_device=gpu" in flags
 
 

@@ -10,8 +10,8 @@
            estimates, a sweep's per-condition results, a recording's dataset) and write it
            atomically                                                   (close.py)
 
-`rollbench eval` runs this with whichever executor `--executor` names (`executors.local`,
-or its shard launcher under `--launch=local`; `executors.ray`; a plugin); `rollbench
+`rollbench eval` runs this with whichever executor `--executor` names (`executors.local`;
+`executors.shards`, the shard launcher; `executors.ray`; a plugin); `rollbench
 merge` is a close with nothing executed (`close.merge_dir`). Nothing here prints, and the
 page (report.html) is the CLI's to draw: the CLI says what happened from the returned values.
 """
@@ -38,7 +38,7 @@ from rollbench.results.merge import Merged, read_merged
 @dataclass(frozen=True)
 class RunOutcome:
     output_dir: Path
-    info: EvalInfo | None  # None: a shard child of --launch=local, whose launcher closes the run
+    info: EvalInfo | None  # None: a shard child of --executor=shards, whose launcher closes the run
     ran: int  # episodes run by this command
     failed: int  # units of this run's share logged as failed (other shards' failures are theirs)
     how: str  # e.g. "(continuous mode)", "in 3 shard processes"
@@ -77,7 +77,7 @@ def _run(cfg: RunConfig, executor: Executor, plan: list[EpisodeUnit], opened: li
          command: list[str] | None) -> RunOutcome:
     try:
         executor.setup(cfg)  # a bad policy fails here, before any output is written
-        run = open_run(cfg, plan, executor.share(cfg, plan))
+        run = open_run(cfg, plan, executor.share(cfg, plan), executor.writes(cfg))
         opened.append(run)
         executor.start(run)
         ran = drive(run, executor, progress_stream)
@@ -103,7 +103,7 @@ def _run(cfg: RunConfig, executor: Executor, plan: list[EpisodeUnit], opened: li
 
 
 def _handed_over(run: Run, executor: Executor, plan: list[EpisodeUnit], ran: int) -> RunOutcome:
-    """A run another process closes (a `--launch=local` child): no eval_info.json, report or
+    """A run another process closes (an `--executor=shards` child): no eval_info.json, report or
     dataset of its own; how many of its share failed."""
     return RunOutcome(run.output_dir, None, ran, _failed(run, read_merged(run.output_dir, plan)), executor.describe(), [])
 

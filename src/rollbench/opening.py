@@ -18,8 +18,7 @@ import time
 from pathlib import Path
 
 from rollbench.config.run import RunConfig
-from rollbench.executors.base import Run
-from rollbench.executors.shards import CHILD_ENV, launched_child
+from rollbench.executors.base import Run, Writes
 from rollbench.plan import EpisodeUnit, UnitKey, pending
 from rollbench.results import owners
 from rollbench.results.dataset import done_with_frames
@@ -31,11 +30,12 @@ from rollbench.stopping.rules import stop_rule
 log = logging.getLogger(__name__)
 
 
-def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) -> Run:
+def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit], writes: Writes) -> Run:
     """Prepare (or resume in) the output directory; the units of `units` still to do. The
-    run holds the directory's claim until `Run.claim.release()`."""
+    run holds the directory's claim until `Run.claim.release()`; `writes` is what of the run
+    this process writes, as its executor says (`Executor.writes`)."""
     output_dir = Path(cfg.output_dir)
-    continuing, claim = prepare(output_dir, cfg.to_dict(), _writer(cfg))
+    continuing, claim = prepare(output_dir, cfg.to_dict(), _writer(cfg, writes))
     try:
         merged = read_merged(output_dir, plan)
         rule = stop_rule(cfg)
@@ -51,14 +51,11 @@ def open_run(cfg: RunConfig, plan: list[EpisodeUnit], units: list[EpisodeUnit]) 
     return Run(cfg, output_dir, plan, units, done, todo, continuing, time.time(), stops, claim)
 
 
-def _writer(cfg: RunConfig) -> owners.Writer:
+def _writer(cfg: RunConfig, writes: Writes) -> owners.Writer:
     """This process as the directory's writer: which run, which shard, whose child."""
-    parent = os.environ.get(CHILD_ENV, "") if launched_child(cfg) else ""
-    every = cfg.launch == "local" or cfg.eval.num_shards == 1
     return owners.Writer(
-        host=owners.host(), pid=os.getpid(), identity=cfg.identity(), shard_id=None if every else cfg.eval.shard_id,
-        num_shards=cfg.eval.num_shards, launched_by=int(parent) if parent.isdigit() else None, resume=cfg.resume,
-        started=time.time())
+        host=owners.host(), pid=os.getpid(), identity=cfg.identity(), shard_id=writes.shard_id,
+        num_shards=cfg.eval.num_shards, launched_by=writes.launched_by, resume=cfg.resume, started=time.time())
 
 
 def _left(cfg: RunConfig, output_dir: Path, merged: Merged, units: list[EpisodeUnit],

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -32,24 +33,33 @@ from rollbench.config.run import RunConfig
 from rollbench.config.tune import TuneConfig
 from rollbench.errors import ConfigError, RollbenchError, UnknownNameError, did_you_mean
 
+log = logging.getLogger(__name__)
+
 #: The flags that someone other than the user sets, in one place (each list replaces the user's
 #: values of its flags where it applies):
-#: a shard's own, not the run's: a command that reruns the whole run drops them (`rollbench merge`)
+#: a shard's own, not the run's: a command that reruns the whole run drops them (`rollbench merge`;
+#: `launch` is in run.json files written before --executor=shards, and `--executor=shards` too is
+#: dropped there, `rerun_argv`)
 SHARD_FLAGS = ("eval.shard_id", "eval.num_shards", "launch", "resume")
-#: what a `--launch=local` launcher sets for each child: which shard, that it launches nothing,
-#: where it writes, that it resumes (the launcher applied --resume=false once, for all of them)
-CHILD_FLAGS = ("eval.shard_id", "launch", "output_dir", "resume")
+#: what an `--executor=shards` launcher sets for each child: which shard, that it runs it in
+#: this process (`--executor=local`), where it writes, that it resumes (the launcher applied
+#: --resume=false once, for all of them)
+CHILD_FLAGS = ("eval.shard_id", "executor", "launch", "output_dir", "resume")
 #: what `rollbench tune` recommends (the scheduling settings, and the tune flags that asked for
-#: them): its suggested command, and a launcher's `--workers=auto` children, get its values
+#: them): its suggested command gets its values. (A launcher's `--workers=auto` children get its
+#: one recommendation as a `decide.Override` file, not as flags.)
 TUNED_FLAGS = ("workers", "slots_per_worker", "eval.batch_size", "policy.max_batch_size", "eval.use_async_envs",
-               "eval.mode", "policy.placement", "render_device", "eval.num_shards", "launch", "tune.budget_s",
-               "tune.output", "tune.load", "tune.reprobe")
+               "eval.mode", "policy.placement", "render_device", "eval.num_shards", "executor", "launch",
+               "tune.budget_s", "tune.output", "tune.load", "tune.reprobe")
+#: `--launch`, before it was an executor: the values it took, and the executor each one is now
+LAUNCH_VALUES = {"none": None, "local": "shards"}
 
 
 def config_from_flags(flags: Mapping[str, str]) -> RunConfig:
     """Flag name (without `--`) -> value, as `rollbench eval` takes them, into the run's config;
     a flag no group takes, or a bad value, is a one-line ConfigError naming it."""
     flags = dict(flags)
+    read_launch(flags, warn=True)
     if "eval.sweep" in flags:  # the file's conditions join --eval.perturb's, as a spec: no process reads it again
         spec = perturb.sweep_file(flags.pop("eval.sweep"))
         flags["eval.perturb"] = ";".join(filter(None, (flags.get("eval.perturb", ""), spec)))
@@ -76,8 +86,33 @@ def config_from_flags(flags: Mapping[str, str]) -> RunConfig:
 
 
 def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
-    """Rebuild a RunConfig from the `config` section of run.json / eval_info.json."""
-    return config_from_flags(to_flags(data))
+    """Rebuild a RunConfig from the `config` section of run.json / eval_info.json (one written
+    before --executor=shards holds `launch`: read as that executor, without a warning)."""
+    flags = to_flags(data)
+    read_launch(flags, warn=False)
+    return config_from_flags(flags)
+
+
+def read_launch(flags: dict[str, str], warn: bool) -> None:
+    """`--launch`, the old spelling of `--executor=shards`, taken out of `flags`: `local` is
+    that executor (`warn`: with one warning line), `none` (the default) nothing; any other
+    value, or `local` beside another executor, is a one-line ConfigError."""
+    if "launch" not in flags:
+        return
+    value = flags.pop("launch")
+    if value not in LAUNCH_VALUES:
+        raise ConfigError(f"--launch={value} is not allowed; it takes {' or '.join(LAUNCH_VALUES)} "
+                          f"(--launch=local is now --executor=shards)")
+    executor = LAUNCH_VALUES[value]
+    if executor is None:
+        return
+    given = flags.get("executor", "local")
+    if given not in ("local", executor):
+        raise ConfigError(f"--executor={given} with --launch={value} is not allowed: --launch={value} is now "
+                          f"--executor={executor}, and a run has one executor; give one of the two")
+    if warn:
+        log.warning("--launch=%s is now --executor=%s; the old spelling still works", value, executor)
+    flags["executor"] = executor
 
 
 def default_output_dir(env_type: str, policy_type: str, job_name: str | None = None) -> str:
@@ -188,6 +223,8 @@ def rerun_argv(data: Mapping[str, Any]) -> list[str]:
     shards' run, as one process; every episode is a function of its unit, so it gives the
     same results), keeping only what differs from the defaults of its benchmark and policy."""
     full = without(to_flags(data), SHARD_FLAGS)
+    if full.get("executor") == "shards":  # the launcher of the shards: the run as one process is the local executor's
+        del full["executor"]
     try:
         base: dict[str, str] = {k: full[k] for k in ("env.type", "policy.type", "policy.path", "output_dir") if k in full}
         defaults = to_flags(config_from_flags(base).to_dict())

@@ -49,15 +49,12 @@ class RunConfig:
         "auto", "MuJoCo rendering: gpu=EGL, cpu=OSMesa, auto=EGL when a GPU is visible"
     )
     executor: str = opt(
-        "local", "where units run: local (this machine: this process, or --launch=local shards); "
-        "ray (actors on a Ray cluster, --ray.*; needs `pip install 'rollbench[ray]'`); "
+        "local", "where units run: local (this process); shards (--eval.num_shards processes on this machine, "
+        "merged; was --launch=local); ray (actors on a Ray cluster, --ray.*; needs `pip install 'rollbench[ray]'`); "
         "or a plugin's executor (`rollbench list`)"
     )
     #: --executor.<field>: a plugin executor's own flags (its `options_class`), checked by the executor
     executor_options: dict[str, str] = dataclasses.field(default_factory=dict, metadata={"help": "other --executor.<field> flags"})
-    launch: Literal["none", "local"] = opt(
-        "none", "local: start --eval.num_shards shard processes on this machine and merge"
-    )
     trust_remote_code: bool = opt(
         False, "allow benchmarks that import code you name (--env.type=hub); it runs with your permissions"
     )
@@ -70,12 +67,6 @@ class RunConfig:
         if self.slots_per_worker is not None and self.slots_per_worker < 1:
             raise ConfigError(f"--slots_per_worker={self.slots_per_worker} is not allowed; it must be >= 1")
         self._check_executor_flags()
-        if self.executor != "local" and self.launch != "none":
-            raise ConfigError(
-                f"--executor={self.executor} with --launch={self.launch} is not allowed: --launch starts local "
-                f"shard processes, and that executor spreads the units itself; drop --launch (shards by hand, "
-                f"--eval.shard_id, still work)"
-            )
         if type(self.env).runs_user_code and not self.trust_remote_code:
             raise ConfigError(
                 f"--env.type={self.env.type_name} imports and runs the code at the path you give; "

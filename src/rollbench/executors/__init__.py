@@ -1,6 +1,7 @@
 """Where units run: the executors, by the name `--executor` takes.
 
-    local   this machine: one process driving a scheduler, or `--launch=local` shard processes
+    local   this process drives a scheduler
+    shards  `--eval.num_shards` shard processes on this machine (each a `local` run of its shard), merged
     ray     actors on a Ray cluster (`--ray.*`)
 
 A third-party executor registers itself (`@EXECUTORS.register("name")` in a module named in
@@ -17,6 +18,7 @@ from rollbench.registry import Registry
 EXECUTORS: Registry[Any] = Registry("executor", "rollbench.executors")
 for _name, _target in {
     "local": "rollbench.executors.local:LocalExecutor",
+    "shards": "rollbench.executors.shards:LocalShardsExecutor",
     "ray": "rollbench.executors.ray:RayExecutor",
 }.items():
     EXECUTORS.add_lazy(_name, _target)

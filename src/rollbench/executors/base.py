@@ -46,6 +46,14 @@ class Run:
     claim: Claim | None = None  # this process owns the directory until the run ends (`results.owners`)
 
 
+@dataclass(frozen=True)
+class Writes:
+    """What of a run this process writes, for its claim on the directory (`results.owners`)."""
+
+    shard_id: int | None  # None: every shard (one process, or the shards executor's launcher)
+    launched_by: int | None = None  # the pid of the shard launcher whose child this process is
+
+
 class Executor(abc.ABC):
     """Runs a run's units. A subclass registered in `rollbench.executors.EXECUTORS` is what
     `--executor=NAME` builds (`for_run`); the lifecycle calls the hooks below in order."""
@@ -54,7 +62,7 @@ class Executor(abc.ABC):
     #: counts (`sink`). True: the executor's own processes write their logs (local shards), its
     #: sink only counts, and the close joins their dataset parts.
     logs_itself: ClassVar[bool] = False
-    #: False: the run is not this process's to close (a shard child of `--launch=local`): after
+    #: False: the run is not this process's to close (a child of `--executor=shards`): after
     #: its drive the lifecycle calls `hand_over` instead of closing; its launcher closes once
     closes: ClassVar[bool] = True
     #: a dataclass of the executor's own flags (`--executor.<field>=VALUE`), or None: it takes none
@@ -80,6 +88,11 @@ class Executor(abc.ABC):
     def share(self, cfg: RunConfig, plan: list[EpisodeUnit]) -> list[EpisodeUnit]:
         """The units of the plan this run is responsible for (default: its shard)."""
         return shard(plan, cfg.eval.shard_id, cfg.eval.num_shards)
+
+    def writes(self, cfg: RunConfig) -> Writes:
+        """What of the run this process writes (default: its shard, or every shard of an unsharded
+        run); whose child it is, for a shard launcher's child."""
+        return Writes(None if cfg.eval.num_shards == 1 else cfg.eval.shard_id)
 
     def setup(self, cfg: RunConfig) -> None:  # noqa: B027 (optional hook)
         """Before the output directory is touched: build what a bad input breaks (the policy)."""

@@ -18,7 +18,7 @@ from rollbench import timeline, tune
 from rollbench.config.run import RunConfig
 from rollbench.episode.context import StepContext
 from rollbench.executors.base import Executor, Run
-from rollbench.executors.shards import LocalShardsExecutor, ShardChild, launched_child, read_override
+from rollbench.executors.shards import ShardChild, launched_by, read_override
 from rollbench.policies.base import Policy
 from rollbench.rendering import apply_backend
 from rollbench.results.eval_info import ExecutionFacts
@@ -34,11 +34,10 @@ from rollbench.tune.probe import rss_now
 class LocalExecutor(Executor):
     @classmethod
     def for_run(cls, cfg: RunConfig, flags: Mapping[str, str]) -> Executor:
-        """This process, or with `--launch=local` the shard launcher; in one of its children,
-        this process as that launcher's shard (which does not close the run)."""
-        if cfg.launch == "local":
-            return LocalShardsExecutor(dict(flags))
-        return ShardChild(cls(read_override(cfg))) if launched_child(cfg) else cls()
+        """This process; in a child of the shards executor's launcher, this process as that
+        launcher's shard (which does not close the run)."""
+        launcher = launched_by()
+        return cls() if launcher is None else ShardChild(cls(read_override(cfg)), launcher)
 
     def __init__(self, override: Override | None = None) -> None:
         self.override = override  # a shard child's: what its launcher decided for it

@@ -1,9 +1,9 @@
-"""Local shard launcher: `--eval.num_shards=N --launch=local`.
+"""Local shard launcher: `--executor=shards --eval.num_shards=N` (`--launch=local` before).
 
 The parent writes `run.json` first (so every child agrees on the run, and `--resume=false`
 is applied once, not by each child), then starts N children
 
-    python -m rollbench eval <same flags> --eval.shard_id=K --launch=none
+    python -m rollbench eval <same flags> --eval.shard_id=K --executor=local
 
 into the same output_dir, each with what this process decided for it once
 (`scheduler.decide.overrides`: render backend, GPU, its share of the cores, --workers=auto's
@@ -13,8 +13,9 @@ own `episodes/<writer>.jsonl`, and sends its stdout/stderr to `logs/shard-K.log`
 parent only watches: it tails the episode logs for one combined progress line and stops
 the children on Ctrl-C. Opening and closing the run (run.json, the final merge into
 `eval_info.json`) are the lifecycle's, as for every other executor, and happen once, here:
-a child (`CHILD_ENV` in its environment) only runs and logs its shard, and leaves what it
-decided and counted in `logs/shard-K.json` for this process's eval_info.json.
+a child (`CHILD_ENV` in its environment, asked once, by `LocalExecutor.for_run`, which makes it
+a `ShardChild`) only runs and logs its shard, and leaves what it decided and counted in
+`logs/shard-K.json` for this process's eval_info.json.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -40,7 +41,7 @@ from rollbench.config.codec import CHILD_FLAGS, to_argv, without
 from rollbench.config.run import RunConfig
 from rollbench.episode.context import PolicyCalls
 from rollbench.errors import ConfigError
-from rollbench.executors.base import Executor, Run
+from rollbench.executors.base import Executor, Run, Writes
 from rollbench.plan import EpisodeUnit, shard
 from rollbench.results.eval_info import ExecutionFacts
 from rollbench.results.log import LogTail
@@ -74,9 +75,11 @@ def child_env(base: dict[str, str], over: Override) -> dict[str, str]:
     return env
 
 
-def launched_child(cfg: RunConfig) -> bool:
-    """Whether this process is a shard child of a `--launch=local` launcher (which closes the run)."""
-    return bool(os.environ.get(CHILD_ENV)) and cfg.launch == "none"
+def launched_by() -> int | None:
+    """The pid of the shards executor's launcher whose child this process is (which closes the
+    run), or None: not a launched child."""
+    parent = os.environ.get(CHILD_ENV, "")
+    return int(parent) if parent.isdigit() else None
 
 
 def shard_facts(output_dir: str | Path, shard_id: int) -> Path:
@@ -120,7 +123,7 @@ def user_flags(flags: dict[str, str], cfg: RunConfig) -> list[str]:
 def child_argv(flags: dict[str, str], cfg: RunConfig, shard_id: int) -> list[str]:
     # resume=true: the parent already applied --resume=false once, in prepare()
     return [sys.executable, "-m", "rollbench", "eval", *user_flags(flags, cfg),
-            f"--eval.shard_id={shard_id}", "--launch=none", "--resume=true"]
+            f"--eval.shard_id={shard_id}", "--executor=local", "--resume=true"]
 
 
 def rerun_command(flags: dict[str, str], cfg: RunConfig, shard_id: int) -> str:
@@ -128,7 +131,7 @@ def rerun_command(flags: dict[str, str], cfg: RunConfig, shard_id: int) -> str:
 
 
 def resume_command(flags: dict[str, str], cfg: RunConfig) -> str:
-    return shlex.join(["rollbench", "eval", *user_flags(flags, cfg), "--launch=local"])
+    return shlex.join(["rollbench", "eval", *user_flags(flags, cfg), "--executor=shards"])
 
 
 def _die_with_parent() -> None:
@@ -203,9 +206,14 @@ def _tune_shards(cfg: RunConfig) -> Recommended:
 
 
 class LocalShardsExecutor(Executor):
-    """N `rollbench eval --eval.shard_id=K` children into one directory; this process watches."""
+    """`--executor=shards`: N `rollbench eval --eval.shard_id=K` children into one directory;
+    this process watches."""
 
     logs_itself = True  # every child appends to its own episode log
+
+    @classmethod
+    def for_run(cls, cfg: RunConfig, flags: Mapping[str, str]) -> Executor:
+        return cls(dict(flags))  # the children's command lines are the user's flags, as typed
 
     def __init__(self, flags: dict[str, str]) -> None:
         self.flags = flags
@@ -217,11 +225,14 @@ class LocalShardsExecutor(Executor):
     def share(self, cfg: RunConfig, plan: list[EpisodeUnit]) -> list[EpisodeUnit]:
         return plan  # every shard, one child each
 
+    def writes(self, cfg: RunConfig) -> Writes:
+        return Writes(None)  # every shard, through its children
+
     def setup(self, cfg: RunConfig) -> None:
         if cfg.eval.shard_id != 0:
             raise ConfigError(
-                f"--eval.shard_id={cfg.eval.shard_id} is not allowed with --launch=local, which starts "
-                f"every shard itself; drop --eval.shard_id (or run one shard with --launch=none)"
+                f"--eval.shard_id={cfg.eval.shard_id} is not allowed with --executor=shards, which starts "
+                f"every shard itself; drop --eval.shard_id (or run one shard with --executor=local)"
             )
         self.cfg = cfg
 
@@ -292,7 +303,7 @@ class LocalShardsExecutor(Executor):
         schedules = [child.get("scheduling") for child in children]
         same = schedules[0] if schedules and all(x is not None and x == schedules[0] for x in schedules) else None
         calls = PolicyCalls.total(*(child.get("policy_calls") for child in children))
-        return ExecutionFacts("launch-local", scheduling=same, policy_calls=calls, detail={
+        return ExecutionFacts("shards", scheduling=same, policy_calls=calls, detail={
             "num_shards": self.cfg.eval.num_shards,
             "mujoco_gl": self.overrides[0].gl_backend if self.overrides else "",
             "shards": [
@@ -337,18 +348,22 @@ class LocalShardsExecutor(Executor):
 
 
 class ShardChild(Executor):
-    """One shard of a `--launch=local` launcher, run by the executor `inner` (the local one):
+    """One shard of an `--executor=shards` launcher, run by the executor `inner` (the local one):
     it logs its records as every run does (its sink is its own episode log) and does not
     close the run: what it decided and counted goes to `logs/shard-K.json` (`hand_over`),
     and its launcher closes once, with every child's facts."""
 
     closes = False
 
-    def __init__(self, inner: Executor) -> None:
+    def __init__(self, inner: Executor, launcher: int) -> None:
         self.inner = inner
+        self.launcher = launcher  # its pid
 
     def share(self, cfg: RunConfig, plan: list[EpisodeUnit]) -> list[EpisodeUnit]:
         return self.inner.share(cfg, plan)
+
+    def writes(self, cfg: RunConfig) -> Writes:
+        return dataclasses.replace(self.inner.writes(cfg), launched_by=self.launcher)
 
     def setup(self, cfg: RunConfig) -> None:
         self.inner.setup(cfg)

@@ -37,7 +37,9 @@ if TYPE_CHECKING:
 #: keys alone (or null), and what differs between executors is under `executor` ({"name": ...,
 #: the shard processes, the Ray cluster, the merged directories}); `launch` and `merged_from`
 #: moved there
-SCHEMA_VERSION = 3
+#: 4: the shard launcher is an executor of its own, `--executor=shards`, and `executor.name` says
+#: so (`shards`; it was `launch-local`, under `--launch=local`); `config` has no `launch`
+SCHEMA_VERSION = 4
 #: what a way of running contributes, present in every eval_info.json
 EXECUTION_KEYS = ("executor", "scheduling", "tune", "startup", "policy_calls")
 
@@ -59,7 +61,7 @@ def versions(cfg: RunConfig) -> dict[str, str]:
 class ExecutionFacts:
     """What a way of running did, for `eval_info.json`; every field but the executor optional."""
 
-    executor: str  # local | launch-local | ray | merge | a plugin's name
+    executor: str  # local | shards | ray | merge | a plugin's name (the --executor that ran it, or merge)
     scheduling: dict[str, Any] | None = None  # the Schedule the units ran with (its keys alone)
     detail: dict[str, Any] | None = None  # what only this executor has: shard processes, the cluster, ...
     tune: dict[str, Any] | None = None  # --workers=auto: the recommendation and its prediction

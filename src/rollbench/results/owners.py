@@ -8,7 +8,7 @@
 An OS lock dies with its process (SIGKILL included), so an owner file whose lock another process
 can take belongs to a writer that is gone; the next claim removes it. Two runs may write into one
 directory at once only when they are the same run (equal identities) and split its units: shards
-K != K' of one N, or a `--launch=local` launcher's children. Any other second run is refused in
+K != K' of one N, or an `--executor=shards` launcher's children. Any other second run is refused in
 one line naming the live writer's pid and host, before any work: a different run would mix its
 records with the first's; an identical one would run every episode a second time.
 
@@ -51,9 +51,9 @@ class Writer:
     host: str
     pid: int
     identity: dict[str, Any]
-    shard_id: int | None  # None: every shard (one process, or a --launch=local launcher)
+    shard_id: int | None  # None: every shard (one process, or an --executor=shards launcher)
     num_shards: int
-    launched_by: int | None  # the --launch=local launcher whose child this is
+    launched_by: int | None  # the --executor=shards launcher whose child this is
     resume: bool
     started: float
 

@@ -2,7 +2,7 @@
 
     RunConfig + the built policy + the units to run + the render backend
       (+ --workers=auto's recommendation, which fills what the user left unset)  ->  Schedule
-      (+ in a `--launch=local` child: its launcher's `Override`, from `overrides`, used as is)
+      (+ in an `--executor=shards` child: its launcher's `Override`, from `overrides`, used as is)
 
 The `Schedule` is what the schedulers are handed (as `LockstepOptions` or `PoolOptions`)
 and what `eval_info.json` records as `scheduling`: the numbers in it are the ones that run
@@ -203,7 +203,7 @@ class Tuned:
 
 @dataclass(frozen=True)
 class Override:
-    """What a `--launch=local` launcher decides once for one of its shard children
+    """What an `--executor=shards` launcher decides once for one of its shard children
     (`overrides`), handed to the child as JSON; the child's `decide` uses it as is."""
 
     shard_id: int
@@ -218,7 +218,7 @@ class Override:
 
 
 def overrides(cfg: RunConfig, rec: Recommended | None = None, gpus: Sequence[Gpu] | None = None) -> list[Override]:
-    """The shard children's part of a `--launch=local` run, one decision for all of them: the
+    """The shard children's part of an `--executor=shards` run, one decision for all of them: the
     render backend (a MUJOCO_GL the user set wins, as in one process), a GPU each round-robin
     (with two or more), and a share of the cores each where the user asked for no number
     (`rec`: --workers=auto's recommendation for one shard's share, which each child applies

@@ -274,7 +274,7 @@ def recommended_flags(rec: Recommendation) -> list[str]:
     if rec.use_amp:
         out["policy.use_amp"] = True
     if rec.num_shards > 1:
-        out.update({"eval.num_shards": rec.num_shards, "launch": "local"})
+        out.update({"executor": "shards", "eval.num_shards": rec.num_shards})
     return to_argv(to_flags(out))
 
 

@@ -530,7 +530,7 @@ def _shard_choice(probe: Probe, best: Candidate, reasons: list[str]) -> int:
     shards = 1
     if len(gpus) >= 2 and probe.policy.device.startswith("cuda") and best.placement == "driver":
         shards = len(gpus)
-        reasons.append(f"{len(gpus)} GPUs: one local shard per GPU (--eval.num_shards={shards} --launch=local), "
+        reasons.append(f"{len(gpus)} GPUs: one local shard per GPU (--executor=shards --eval.num_shards={shards}), "
                        f"each with {max(1, cores(probe) // shards)} workers")
     return shards
 
