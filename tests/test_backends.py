@@ -159,3 +159,28 @@ def test_metaworld_frames_stay_right_after_another_env_closes(backend: str, late
     """, MUJOCO_GL=backend, PYOPENGL_PLATFORM=backend)
     assert seen["mean"] > 10  # a picture, not a black frame
     assert seen["after_close"] and seen["after_collect"], seen
+
+
+def test_torch_compilers_load_after_osmesa_renders():
+    """A process that renders with OSMesa and then reaches torch._dynamo (LeRobot's dataset
+    writer and policies import it through torchvision): triton's import segfaulted once
+    libOSMesa (and Mesa's LLVM) was loaded, killing a recorded MetaWorld run under osmesa.
+    `apply_backend("osmesa")` loads triton first (`rendering.triton_before_osmesa`)."""
+    needs("osmesa")
+    pytest.importorskip("triton", reason="triton (torch's kernel compiler) is not installed here")
+    seen = run_python("""
+        import json, os
+        from rollbench.rendering import apply_backend
+        apply_backend("osmesa")
+        import mujoco
+        model = mujoco.MjModel.from_xml_string("<mujoco><worldbody><geom size='1'/></worldbody></mujoco>")
+        data = mujoco.MjData(model)
+        mujoco.mj_forward(model, data)
+        renderer = mujoco.Renderer(model, 32, 32)
+        renderer.update_scene(data)
+        frame = renderer.render()
+        loaded = "libOSMesa" in open("/proc/self/maps").read()
+        import torch._dynamo  # imports triton
+        print(json.dumps({"loaded": loaded, "shape": list(frame.shape)}))
+    """, MUJOCO_GL="osmesa")
+    assert seen == {"loaded": True, "shape": [32, 32, 3]}

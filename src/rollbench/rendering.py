@@ -15,6 +15,7 @@ imports MuJoCo (`check_user_backend`), which reads it once, at that import, and 
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import logging
 import os
 import subprocess
@@ -255,6 +256,34 @@ def apply_backend(backend: str) -> None:
     os.environ["MUJOCO_GL"] = backend
     os.environ["PYOPENGL_PLATFORM"] = backend
     _ours[0] = backend
+    if backend == "osmesa":
+        triton_before_osmesa()
+
+
+def triton_before_osmesa() -> None:
+    """Load triton (torch's kernel compiler, where installed) before MuJoCo loads OSMesa.
+
+    Both carry an LLVM: Mesa's llvmpipe (libLLVM, loaded with libOSMesa when MuJoCo is
+    imported under MUJOCO_GL=osmesa) and triton's own. Loaded in that order, triton's import
+    kills the process with SIGSEGV, and torch imports it the first time anything touches
+    torch._dynamo (torchvision.ops, LeRobot's policies and dataset writer): a recorded
+    MetaWorld run under osmesa died at its first dataset part, a LeRobot policy would at its
+    load. Loaded first, triton and OSMesa both work (tests/test_backends.py). 0.13 s, only in
+    a process that renders with OSMesa and has triton installed."""
+    if "triton" in sys.modules or importlib.util.find_spec("triton") is None:
+        return
+    if _osmesa_loaded():
+        log.debug("OSMesa was loaded before triton: importing torch._dynamo may crash this process")
+        return
+    import triton  # noqa: F401  (loaded for its LLVM's sake, see above; heavy, so only here)
+
+
+def _osmesa_loaded() -> bool:
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            return "libOSMesa" in maps.read()
+    except OSError:  # not Linux: no such crash known there
+        return False
 
 
 _PACKAGES = {
