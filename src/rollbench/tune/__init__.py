@@ -286,11 +286,6 @@ def eval_command(flags: dict[str, str], rec: Recommendation) -> str:
     return shlex.join(["rollbench", "eval", *keep, *recommended_flags(rec)])
 
 
-def default_output(cfg: RunConfig) -> Path:
-    now = dt.datetime.now()
-    return Path("outputs", "tune", now.strftime("%Y-%m-%d"), f"{now.strftime('%H-%M-%S')}_{cfg.env.type_name}_{cfg.policy.type}.json")
-
-
 def save(path: Path, probe: Probe, rec: Recommendation, command: str, cfg: RunConfig | None = None) -> Path | None:
     """Write the probe and the recommendation to `path`; with `cfg`, also store the probe
     for later `--workers=auto` runs (cache.py); returns where it was stored."""
@@ -448,4 +443,8 @@ def _reuse_or_measure(cfg: RunConfig, policy: Policy, load_s: float, rss_before:
 
 
 def default_tune_path(cfg: RunConfig) -> Path:
-    return Path(cfg.tune.output) if cfg.tune.output else default_output(cfg)
+    """`--tune.output`, else outputs/tune/<date>/<time>_<env>_<policy>.json."""
+    if cfg.tune.output:
+        return Path(cfg.tune.output)
+    now = dt.datetime.now()
+    return Path("outputs", "tune", now.strftime("%Y-%m-%d"), f"{now.strftime('%H-%M-%S')}_{cfg.env.type_name}_{cfg.policy.type}.json")

@@ -217,7 +217,7 @@ def _windows(setup: _Setup, procs: list[tuple[Any, Any]], warms: list[dict[str, 
     _collect_totals(procs, done)
     left = budget_s - (time.monotonic() - t_start)
     if setup.other_backend and setup.frames and left > 3.0:
-        done.other = other_render(setup.cfg, setup.tasks[0], setup.cfg.seed, setup.other_backend, min(2.0, left / 2))
+        done.other = other_render(setup.cfg, setup.tasks[0], setup.other_backend, min(2.0, left / 2))
     return _figures(setup, done)
 
 
@@ -379,7 +379,6 @@ def _episode_steps(setup: _Setup, lengths: dict[str, list[int]], per_task_len: d
 class RenderSpec:
     cfg: RunConfig
     task: str
-    seed: int
     backend: str
     seconds: float
 
@@ -388,7 +387,7 @@ def _child_render(conn: Any, spec: RenderSpec) -> None:
     try:
         apply_backend(spec.backend)
         env = spec.cfg.env.make_task_env(spec.task)
-        env.reset(seed=spec.seed)
+        env.reset(seed=spec.cfg.seed)
         grab_frame(env, spec.task, spec.cfg.eval.video_size)  # context creation
         times: list[float] = []
         t_end = time.monotonic() + spec.seconds
@@ -402,8 +401,8 @@ def _child_render(conn: Any, spec: RenderSpec) -> None:
         conn.send(("error", traceback.format_exc()))
 
 
-def other_render(cfg: RunConfig, task: str, seed: int, backend: str, seconds: float) -> Figure | None:
-    proc, conn = start_process(_child_render, RenderSpec(cfg, task, seed, backend, seconds))
+def other_render(cfg: RunConfig, task: str, backend: str, seconds: float) -> Figure | None:
+    proc, conn = start_process(_child_render, RenderSpec(cfg, task, backend, seconds))
     try:
         return measured(receive(conn, proc, seconds + 120.0, f"{backend} render")[1], f"MUJOCO_GL={backend}")
     except ProbeError as err:

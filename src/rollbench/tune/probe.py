@@ -19,8 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from rollbench.config.run import RunConfig
 from rollbench.episode.context import StepContext, stack_any
 from rollbench.plan import EpisodeUnit
@@ -35,6 +33,7 @@ from rollbench.tune.figures import (
     estimated,
     measured,
 )
+from rollbench.tune.stats import median
 
 log = logging.getLogger(__name__)
 
@@ -101,13 +100,6 @@ def find_gpu_info() -> list[GpuInfo]:
         allowed = {int(p) for p in visible.split(",") if p.strip()}
         gpus = [g for g in gpus if g.index in allowed]
     return gpus
-
-
-# -- the env: in worker-like processes (env_probe.py) ---------------------------------
-
-
-def _median(xs: list[float]) -> float:
-    return float(np.median(xs)) if xs else 0.0
 
 
 # -- the policy, in this process -------------------------------------------------------
@@ -248,8 +240,8 @@ def _time_batch(ctx: Any, policy: Policy, batch: Any, desc: list[str], start: An
         queued.append(time.perf_counter() - t0)
         if time.monotonic() > deadline and rep >= 1:
             break
-    full_ms = 1000.0 * _median(fulls)
-    return InferencePoint(b, full_ms, min(full_ms, 1000.0 * _median(queued)), cpu / max(wall, 1e-9), peak)
+    full_ms = 1000.0 * median(fulls)
+    return InferencePoint(b, full_ms, min(full_ms, 1000.0 * median(queued)), cpu / max(wall, 1e-9), peak)
 
 
 def _amp_points(cfg: RunConfig, obs: Any, unit: EpisodeUnit, budget_s: float, batches: list[int]) -> tuple[InferencePoint, ...]:

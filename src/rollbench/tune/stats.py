@@ -8,6 +8,7 @@ short windows and keeps the middle of them.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 #: share of the samples dropped at each end (the middle 60% kept)
@@ -24,8 +25,6 @@ def trimmed_mean(xs: Sequence[float], trim: float = TRIM) -> float:
         raise ValueError(f"trim={trim}: must be in [0, 0.5)")
     vals = sorted(float(x) for x in xs)
     n = len(vals)
-    if n == 0:
-        return 0.0
     if n < 4:
         return median(vals)
     k = math.floor(n * trim)
@@ -34,12 +33,8 @@ def trimmed_mean(xs: Sequence[float], trim: float = TRIM) -> float:
 
 
 def median(xs: Sequence[float]) -> float:
-    vals = sorted(float(x) for x in xs)
-    n = len(vals)
-    if n == 0:
-        return 0.0
-    mid = n // 2
-    return vals[mid] if n % 2 else 0.5 * (vals[mid - 1] + vals[mid])
+    """The median; no samples give 0.0."""
+    return statistics.median(float(x) for x in xs) if len(xs) else 0.0
 
 
 def relative_spread(xs: Sequence[float]) -> float:
