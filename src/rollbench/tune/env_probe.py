@@ -279,32 +279,30 @@ def _figures(setup: _Setup, m: _Measured) -> EnvProbe:
     solo_fig, tog_fig, loop1_fig, loop_all_fig = _rate_figures(setup, m, weights)
     ep_steps, constant = _episode_steps(setup, lengths, per_task_len, weights)
     policy_ms = m.samples.policy["solo"] or m.samples.policy["together"]
-    starts, first_builds, later_builds, frames = setup.starts, setup.first_builds, setup.later_builds, setup.frames
-    resets, rss, pings, other, n_proc = m.resets, m.rss, m.pings, m.other, setup.n_proc
     return EnvProbe(
         backend=setup.backend,
-        worker_start_s=measured(median(starts), f"{n_proc} processes started at once: start to ready "
-                                                "(imports, and the policy when it runs there)"),
-        first_build_s=measured(median(first_builds), "make + first reset, simulator import included"),
-        build_s=measured(median(later_builds), f"{len(later_builds)} more envs") if later_builds
-        else estimated(median(first_builds) / 2, "only one env built per process; half the first build"),
-        reset_ms=measured(1000.0 * median(resets), f"{len(resets)} resets") if resets
+        worker_start_s=measured(median(setup.starts), f"{setup.n_proc} processes started at once: start to ready "
+                                                      "(imports, and the policy when it runs there)"),
+        first_build_s=measured(median(setup.first_builds), "make + first reset, simulator import included"),
+        build_s=measured(median(setup.later_builds), f"{len(setup.later_builds)} more envs") if setup.later_builds
+        else estimated(median(setup.first_builds) / 2, "only one env built per process; half the first build"),
+        reset_ms=measured(1000.0 * median(m.resets), f"{len(m.resets)} resets") if m.resets
         else estimated(0.0, "not measured yet"),
         step_ms_1=solo_fig,
         step_ms_all=tog_fig,
-        render_ms=measured(1000.0 * median(frames), f"{len(frames)} frames") if frames
+        render_ms=measured(1000.0 * median(setup.frames), f"{len(setup.frames)} frames") if setup.frames
         else measured(0.0, "no video frames requested"),
         policy_ms_worker=measured(trimmed_mean(policy_ms), "per step, batch 1, one thread") if setup.with_policy and policy_ms
         else measured(0.0, "the policy does not run in the workers"),
         episode_steps=ep_steps,
         episode_steps_constant=constant,
-        worker_rss_bytes=measured(rss, "peak RSS of the probe processes") if rss else estimated(0.0, "not read yet"),
-        roundtrip_ms=measured(1000.0 * median(pings), "pipe round trip, 50 pings") if pings
+        worker_rss_bytes=measured(m.rss, "peak RSS of the probe processes") if m.rss else estimated(0.0, "not read yet"),
+        roundtrip_ms=measured(1000.0 * median(m.pings), "pipe round trip, 50 pings") if m.pings
         else estimated(0.05, "not measured yet"),
         max_steps=setup.max_steps,
-        other_backend=setup.other_backend if other is not None else None,
-        other_render_ms=other,
-        parallel=n_proc,
+        other_backend=setup.other_backend if m.other is not None else None,
+        other_render_ms=m.other,
+        parallel=setup.n_proc,
         loop_ms_1=loop1_fig,
         loop_ms_all=loop_all_fig,
         windows=m.plan.n,

@@ -487,14 +487,13 @@ def recommend(probe: Probe) -> Recommendation:
         # each shard gets its share of cores and units; throughput adds up across GPUs
         per_workers = max(1, cores(probe) // shards)
         best = dataclasses.replace(best, workers=min(best.workers, per_workers))
-    wall = best.wall_s
     eval_s = best.eval_s if best.eval_s > 0 else max(1e-9, best.wall_s - best.startup_s)
     ranked = sorted(cands, key=_cost)[:5]
     return Recommendation(
         mode=best.mode, placement=best.placement, workers=best.workers, slots_per_worker=best.slots_per_worker,
         envs_per_batch=envs_per_batch, max_rows_per_call=max_rows, use_async_envs=best.use_async_envs, render_device=render, use_amp=amp,
         num_shards=shards, predicted_steps_per_s=total / eval_s,
-        steady_steps_per_s=best.steps_per_s, predicted_wall_s=wall, predicted_total_steps=total,
+        steady_steps_per_s=best.steps_per_s, predicted_wall_s=best.wall_s, predicted_total_steps=total,
         bottleneck=bottleneck_sentence(probe, best), reasons=tuple(reasons), alternatives=tuple(ranked),
         predicted_eval_s=eval_s,
     )
