@@ -15,19 +15,17 @@ from collections.abc import Sequence
 TRIM = 0.2
 
 
-def trimmed_mean(xs: Sequence[float], trim: float = TRIM) -> float:
-    """Mean of the samples left when the lowest and the highest `trim` share are dropped.
+def trimmed_mean(xs: Sequence[float]) -> float:
+    """Mean of the samples left when the lowest and the highest TRIM share are dropped.
 
     Fewer than 4 samples give their median (with 3, one outlier must not move the result);
     no samples give 0.0.
     """
-    if not 0.0 <= trim < 0.5:
-        raise ValueError(f"trim={trim}: must be in [0, 0.5)")
     vals = sorted(float(x) for x in xs)
     n = len(vals)
     if n < 4:
         return median(vals)
-    k = math.floor(n * trim)
+    k = math.floor(n * TRIM)
     kept = vals[k : n - k]
     return sum(kept) / len(kept)
 
