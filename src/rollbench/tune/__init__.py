@@ -87,7 +87,7 @@ def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, r
     with_policy = placement == "worker"
     env_share = 0.55 if not with_policy else 0.8  # the rest times the policy in this process
     shape = run_shape(cfg, len(units))
-    unmeasured = _unmeasured_policy(cfg, placement, bool(getattr(policy, "per_slot_state", True)), load_s)
+    unmeasured = _unmeasured_policy(cfg, placement, policy.per_slot_state, load_s)
     window_budget = _window_budget(machine, unmeasured, shape, budget, env_share, wall_share, started)
     # the parallel measurement runs as many processes as the run will most likely start
     n_parallel = max(1, min(int(machine.cores.v), len(units)))

@@ -150,7 +150,7 @@ def rss_now() -> int:
 def probe_policy(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int, obs: Any, unit: EpisodeUnit,
                  budget_s: float, max_batch: int, placement: str) -> PolicyProbe:
     ctx = StepContext(cfg.env, cfg.policy)
-    period = float(getattr(policy, "steps_per_inference", 1) or 1)
+    period = float(policy.steps_per_inference or 1)
     torch: Any = sys.modules.get("torch")
     cpu_torch = torch is not None and cfg.policy.device == "cpu" and placement == "driver"
     threads = torch.get_num_threads() if cpu_torch else 1
@@ -170,7 +170,7 @@ def probe_policy(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int,
         type=cfg.policy.type,
         device=cfg.policy.device,
         placement=placement,
-        per_slot_state=bool(getattr(policy, "per_slot_state", True)),
+        per_slot_state=policy.per_slot_state,
         load_s=measured(load_s, "building the policy in this process"),
         param_bytes=measured(param_bytes(policy), "parameters and buffers of its torch modules"),
         rss_bytes=measured(max(0, rss_now() - rss_before), "resident memory the policy added here"),
