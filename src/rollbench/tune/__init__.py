@@ -87,7 +87,7 @@ def measure(cfg: RunConfig, policy: Policy | None = None, load_s: float = 0.0, r
     with_policy = placement == "worker"
     env_share = 0.55 if not with_policy else 0.8  # the rest times the policy in this process
     shape = run_shape(cfg, len(units))
-    unmeasured = _unmeasured_policy(cfg, placement, bool(getattr(policy, "per_slot_state", True)), load_s)
+    unmeasured = _unmeasured_policy(cfg, placement, policy.per_slot_state, load_s)
     window_budget = _window_budget(machine, unmeasured, shape, budget, env_share, wall_share, started)
     # the parallel measurement runs as many processes as the run will most likely start
     n_parallel = max(1, min(int(machine.cores.v), len(units)))
@@ -286,14 +286,9 @@ def eval_command(flags: dict[str, str], rec: Recommendation) -> str:
     return shlex.join(["rollbench", "eval", *keep, *recommended_flags(rec)])
 
 
-def default_output(cfg: RunConfig) -> Path:
-    now = dt.datetime.now()
-    return Path("outputs", "tune", now.strftime("%Y-%m-%d"), f"{now.strftime('%H-%M-%S')}_{cfg.env.type_name}_{cfg.policy.type}.json")
-
-
-def save(path: Path, probe: Probe, rec: Recommendation, command: str, cfg: RunConfig | None = None) -> Path | None:
-    """Write the probe and the recommendation to `path`; with `cfg`, also store the probe
-    for later `--workers=auto` runs (cache.py); returns where it was stored."""
+def save(path: Path, probe: Probe, rec: Recommendation, command: str, cfg: RunConfig) -> Path | None:
+    """Write the probe and the recommendation to `path`, and store the probe for later
+    `--workers=auto` runs (cache.py); returns where it was stored (None: not stored)."""
     from rollbench.results.store import write_json_atomic  # lazy: keeps probe processes light
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -308,7 +303,7 @@ def save(path: Path, probe: Probe, rec: Recommendation, command: str, cfg: RunCo
         "command": command,
     }
     write_json_atomic(path, data)
-    return _store(cfg, probe) if cfg is not None else None
+    return _store(cfg, probe)
 
 
 def _store(cfg: RunConfig, probe: Probe) -> Path | None:
@@ -363,15 +358,14 @@ class ProbeUse:
                 "budget_s": self.budget_s, "path": self.path, "why": self.why}
 
 
-def prediction(rec: Recommendation | None, use: ProbeUse | None = None) -> dict[str, Any]:
+def prediction(rec: Recommendation | None, use: ProbeUse) -> dict[str, Any]:
     """What `--workers=auto` records in eval_info.json (`tune`): the flags it applied, the
     model's prediction (to check against what the run achieved: its steps over
     `overall.eval_s`), and how the machine was known."""
-    out: dict[str, Any] = {"probe": use.to_dict(rec)} if use is not None else {}
     if rec is None:
-        return {**out, "flags": []}
+        return {"probe": use.to_dict(rec), "flags": []}
     return {
-        **out,
+        "probe": use.to_dict(rec),
         "flags": recommended_flags(rec), "bottleneck": rec.bottleneck,
         "predicted_steps_per_s": rec.predicted_steps_per_s, "predicts": PREDICTS,
         "predicted_eval_s": rec.predicted_eval_s, "predicted_wall_s": rec.predicted_wall_s,
@@ -448,4 +442,8 @@ def _reuse_or_measure(cfg: RunConfig, policy: Policy, load_s: float, rss_before:
 
 
 def default_tune_path(cfg: RunConfig) -> Path:
-    return Path(cfg.tune.output) if cfg.tune.output else default_output(cfg)
+    """`--tune.output`, else outputs/tune/<date>/<time>_<env>_<policy>.json."""
+    if cfg.tune.output:
+        return Path(cfg.tune.output)
+    now = dt.datetime.now()
+    return Path("outputs", "tune", now.strftime("%Y-%m-%d"), f"{now.strftime('%H-%M-%S')}_{cfg.env.type_name}_{cfg.policy.type}.json")

@@ -40,10 +40,6 @@ log = logging.getLogger(__name__)
 CACHE_SCHEMA = 1
 
 
-def cache_dir() -> Path:
-    return cache_root() / "probes"
-
-
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
@@ -113,7 +109,7 @@ class Lookup:
 
 def entry_path(cfg: RunConfig, gpus: tuple[GpuInfo, ...] | list[GpuInfo]) -> tuple[Path, dict[str, Any]]:
     identity = {"machine": machine_identity(gpus), "run": run_identity(cfg)}
-    return cache_dir() / f"{key_of(identity)}.json", identity
+    return cache_root() / "probes" / f"{key_of(identity)}.json", identity
 
 
 def lookup(cfg: RunConfig, gpus: tuple[GpuInfo, ...] | list[GpuInfo]) -> Lookup:

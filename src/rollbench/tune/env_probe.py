@@ -217,7 +217,7 @@ def _windows(setup: _Setup, procs: list[tuple[Any, Any]], warms: list[dict[str, 
     _collect_totals(procs, done)
     left = budget_s - (time.monotonic() - t_start)
     if setup.other_backend and setup.frames and left > 3.0:
-        done.other = other_render(setup.cfg, setup.tasks[0], setup.cfg.seed, setup.other_backend, min(2.0, left / 2))
+        done.other = other_render(setup.cfg, setup.tasks[0], setup.other_backend, min(2.0, left / 2))
     return _figures(setup, done)
 
 
@@ -279,32 +279,30 @@ def _figures(setup: _Setup, m: _Measured) -> EnvProbe:
     solo_fig, tog_fig, loop1_fig, loop_all_fig = _rate_figures(setup, m, weights)
     ep_steps, constant = _episode_steps(setup, lengths, per_task_len, weights)
     policy_ms = m.samples.policy["solo"] or m.samples.policy["together"]
-    starts, first_builds, later_builds, frames = setup.starts, setup.first_builds, setup.later_builds, setup.frames
-    resets, rss, pings, other, n_proc = m.resets, m.rss, m.pings, m.other, setup.n_proc
     return EnvProbe(
         backend=setup.backend,
-        worker_start_s=measured(median(starts), f"{n_proc} processes started at once: start to ready "
-                                                "(imports, and the policy when it runs there)"),
-        first_build_s=measured(median(first_builds), "make + first reset, simulator import included"),
-        build_s=measured(median(later_builds), f"{len(later_builds)} more envs") if later_builds
-        else estimated(median(first_builds) / 2, "only one env built per process; half the first build"),
-        reset_ms=measured(1000.0 * median(resets), f"{len(resets)} resets") if resets
+        worker_start_s=measured(median(setup.starts), f"{setup.n_proc} processes started at once: start to ready "
+                                                      "(imports, and the policy when it runs there)"),
+        first_build_s=measured(median(setup.first_builds), "make + first reset, simulator import included"),
+        build_s=measured(median(setup.later_builds), f"{len(setup.later_builds)} more envs") if setup.later_builds
+        else estimated(median(setup.first_builds) / 2, "only one env built per process; half the first build"),
+        reset_ms=measured(1000.0 * median(m.resets), f"{len(m.resets)} resets") if m.resets
         else estimated(0.0, "not measured yet"),
         step_ms_1=solo_fig,
         step_ms_all=tog_fig,
-        render_ms=measured(1000.0 * median(frames), f"{len(frames)} frames") if frames
+        render_ms=measured(1000.0 * median(setup.frames), f"{len(setup.frames)} frames") if setup.frames
         else measured(0.0, "no video frames requested"),
         policy_ms_worker=measured(trimmed_mean(policy_ms), "per step, batch 1, one thread") if setup.with_policy and policy_ms
         else measured(0.0, "the policy does not run in the workers"),
         episode_steps=ep_steps,
         episode_steps_constant=constant,
-        worker_rss_bytes=measured(rss, "peak RSS of the probe processes") if rss else estimated(0.0, "not read yet"),
-        roundtrip_ms=measured(1000.0 * median(pings), "pipe round trip, 50 pings") if pings
+        worker_rss_bytes=measured(m.rss, "peak RSS of the probe processes") if m.rss else estimated(0.0, "not read yet"),
+        roundtrip_ms=measured(1000.0 * median(m.pings), "pipe round trip, 50 pings") if m.pings
         else estimated(0.05, "not measured yet"),
         max_steps=setup.max_steps,
-        other_backend=setup.other_backend if other is not None else None,
-        other_render_ms=other,
-        parallel=n_proc,
+        other_backend=setup.other_backend if m.other is not None else None,
+        other_render_ms=m.other,
+        parallel=setup.n_proc,
         loop_ms_1=loop1_fig,
         loop_ms_all=loop_all_fig,
         windows=m.plan.n,
@@ -379,7 +377,6 @@ def _episode_steps(setup: _Setup, lengths: dict[str, list[int]], per_task_len: d
 class RenderSpec:
     cfg: RunConfig
     task: str
-    seed: int
     backend: str
     seconds: float
 
@@ -388,7 +385,7 @@ def _child_render(conn: Any, spec: RenderSpec) -> None:
     try:
         apply_backend(spec.backend)
         env = spec.cfg.env.make_task_env(spec.task)
-        env.reset(seed=spec.seed)
+        env.reset(seed=spec.cfg.seed)
         grab_frame(env, spec.task, spec.cfg.eval.video_size)  # context creation
         times: list[float] = []
         t_end = time.monotonic() + spec.seconds
@@ -402,8 +399,8 @@ def _child_render(conn: Any, spec: RenderSpec) -> None:
         conn.send(("error", traceback.format_exc()))
 
 
-def other_render(cfg: RunConfig, task: str, seed: int, backend: str, seconds: float) -> Figure | None:
-    proc, conn = start_process(_child_render, RenderSpec(cfg, task, seed, backend, seconds))
+def other_render(cfg: RunConfig, task: str, backend: str, seconds: float) -> Figure | None:
+    proc, conn = start_process(_child_render, RenderSpec(cfg, task, backend, seconds))
     try:
         return measured(receive(conn, proc, seconds + 120.0, f"{backend} render")[1], f"MUJOCO_GL={backend}")
     except ProbeError as err:

@@ -7,6 +7,7 @@ be tested on recorded probes of machines we do not have (several GPUs, a big CPU
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,16 +156,12 @@ def _build(tp: Any, data: Any) -> Any:
         return None
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         hints = typing.get_type_hints(tp)
-        kwargs = {}
-        for f in dataclasses.fields(tp):
-            if f.name in data:
-                kwargs[f.name] = _build(hints[f.name], data[f.name])
-        return tp(**kwargs)
+        return tp(**{f.name: _build(hints[f.name], data[f.name]) for f in dataclasses.fields(tp) if f.name in data})
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin is tuple and args:
         return tuple(_build(args[0], x) for x in data)
-    if origin in (typing.Union, __import__("types").UnionType):
+    if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
         if len(inner) == 1:
             return _build(inner[0], data)

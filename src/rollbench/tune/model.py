@@ -72,12 +72,7 @@ class Candidate:
     wall_s: float
     startup_s: float
     bound: str  # simulation | inference | cpu | memory
-
-    @property
-    def avg_steps_per_s(self) -> float:
-        return 0.0 if self.wall_s <= 0 else self._total / self.wall_s
-
-    _total: float = 0.0
+    _total: float = 0.0  # the run's steps (tune's JSON lists the alternatives with it)
     eval_s: float = 0.0  # first episode's start to last episode's end (0: wall_s - startup_s)
 
 
@@ -225,10 +220,7 @@ def _video_ms(probe: Probe) -> float:
 
 
 def _per_step_extras(probe: Probe) -> float:
-    env, run = probe.env, probe.run
-    length = max(1.0, env.episode_steps.v)
-    filmed = min(run.videos_per_task, run.n_episodes) / max(1, run.n_episodes)
-    return env.reset_ms.v / length + filmed * env.render_ms.v
+    return probe.env.reset_ms.v / max(1.0, probe.env.episode_steps.v) + _video_ms(probe)
 
 
 def total_steps(probe: Probe) -> float:
@@ -358,8 +350,9 @@ def lockstep(probe: Probe, batch: int, use_async: bool) -> Candidate:
         sim_core = sim
     cycle = sim + inf
     bound = "inference" if inf > sim else "simulation"
-    if probe.policy.device == "cpu" and (sim_core + inf * cpu_util(probe, batch)) / c > cycle:
-        cycle, bound = (sim_core + inf * cpu_util(probe, batch)) / c, "cpu"
+    cpu_cycle = (sim_core + inf * cpu_util(probe, batch)) / c
+    if probe.policy.device == "cpu" and cpu_cycle > cycle:
+        cycle, bound = cpu_cycle, "cpu"
     useful = _expected_max_share(probe, batch)
     rate = batch * 1000.0 / cycle * useful
     startup = LAUNCH_S + probe.policy.load_s.v + probe.env.first_build_s.v + (probe.run.n_tasks * batch - 1) * probe.env.build_s.v
@@ -452,17 +445,15 @@ def bottleneck_sentence(probe: Probe, best: Candidate) -> str:
     per_step = loop_ms(probe, best.workers) if best.placement == "worker" and best.mode == "continuous" \
         else step_ms(probe, best.workers)
     sim_rate = best.workers * 1000.0 / max(per_step, 1e-6)
-    pts = probe.policy.inference
     if best.mode == "lockstep":
         inf = infer_ms(probe, best.batch, lockstep=True)
         where = f"lockstep batches of {best.batch}" + (" (async envs)" if best.use_async_envs else "")
     else:
-        inf = infer_ms(probe, best.batch, threads=driver_threads(probe, best.workers)) if best.placement == "driver" \
-            else probe.env.policy_ms_worker.v
+        inf = infer_ms(probe, best.batch, threads=driver_threads(probe, best.workers))
         where = f"{best.workers} workers x {best.slots_per_worker} slots"
     infer_txt = (
         f"inference at batch {best.batch} takes {inf:.3g} ms per call"
-        if best.placement == "driver" and pts
+        if best.placement == "driver" and probe.policy.inference
         else f"the policy takes {probe.env.policy_ms_worker.v:.3g} ms per step inside each worker"
     )
     what = {
@@ -496,14 +487,13 @@ def recommend(probe: Probe) -> Recommendation:
         # each shard gets its share of cores and units; throughput adds up across GPUs
         per_workers = max(1, cores(probe) // shards)
         best = dataclasses.replace(best, workers=min(best.workers, per_workers))
-    wall = best.wall_s
     eval_s = best.eval_s if best.eval_s > 0 else max(1e-9, best.wall_s - best.startup_s)
     ranked = sorted(cands, key=_cost)[:5]
     return Recommendation(
         mode=best.mode, placement=best.placement, workers=best.workers, slots_per_worker=best.slots_per_worker,
         envs_per_batch=envs_per_batch, max_rows_per_call=max_rows, use_async_envs=best.use_async_envs, render_device=render, use_amp=amp,
         num_shards=shards, predicted_steps_per_s=total / eval_s,
-        steady_steps_per_s=best.steps_per_s, predicted_wall_s=wall, predicted_total_steps=total,
+        steady_steps_per_s=best.steps_per_s, predicted_wall_s=best.wall_s, predicted_total_steps=total,
         bottleneck=bottleneck_sentence(probe, best), reasons=tuple(reasons), alternatives=tuple(ranked),
         predicted_eval_s=eval_s,
     )

@@ -19,8 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from rollbench.config.run import RunConfig
 from rollbench.episode.context import StepContext, stack_any
 from rollbench.plan import EpisodeUnit
@@ -35,6 +33,7 @@ from rollbench.tune.figures import (
     estimated,
     measured,
 )
+from rollbench.tune.stats import median
 
 log = logging.getLogger(__name__)
 
@@ -103,13 +102,6 @@ def find_gpu_info() -> list[GpuInfo]:
     return gpus
 
 
-# -- the env: in worker-like processes (env_probe.py) ---------------------------------
-
-
-def _median(xs: list[float]) -> float:
-    return float(np.median(xs)) if xs else 0.0
-
-
 # -- the policy, in this process -------------------------------------------------------
 
 
@@ -158,7 +150,7 @@ def rss_now() -> int:
 def probe_policy(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int, obs: Any, unit: EpisodeUnit,
                  budget_s: float, max_batch: int, placement: str) -> PolicyProbe:
     ctx = StepContext(cfg.env, cfg.policy)
-    period = float(getattr(policy, "steps_per_inference", 1) or 1)
+    period = float(policy.steps_per_inference or 1)
     torch: Any = sys.modules.get("torch")
     cpu_torch = torch is not None and cfg.policy.device == "cpu" and placement == "driver"
     threads = torch.get_num_threads() if cpu_torch else 1
@@ -178,7 +170,7 @@ def probe_policy(cfg: RunConfig, policy: Policy, load_s: float, rss_before: int,
         type=cfg.policy.type,
         device=cfg.policy.device,
         placement=placement,
-        per_slot_state=bool(getattr(policy, "per_slot_state", True)),
+        per_slot_state=policy.per_slot_state,
         load_s=measured(load_s, "building the policy in this process"),
         param_bytes=measured(param_bytes(policy), "parameters and buffers of its torch modules"),
         rss_bytes=measured(max(0, rss_now() - rss_before), "resident memory the policy added here"),
@@ -248,8 +240,8 @@ def _time_batch(ctx: Any, policy: Policy, batch: Any, desc: list[str], start: An
         queued.append(time.perf_counter() - t0)
         if time.monotonic() > deadline and rep >= 1:
             break
-    full_ms = 1000.0 * _median(fulls)
-    return InferencePoint(b, full_ms, min(full_ms, 1000.0 * _median(queued)), cpu / max(wall, 1e-9), peak)
+    full_ms = 1000.0 * median(fulls)
+    return InferencePoint(b, full_ms, min(full_ms, 1000.0 * median(queued)), cpu / max(wall, 1e-9), peak)
 
 
 def _amp_points(cfg: RunConfig, obs: Any, unit: EpisodeUnit, budget_s: float, batches: list[int]) -> tuple[InferencePoint, ...]:

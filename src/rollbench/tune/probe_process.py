@@ -132,23 +132,20 @@ class Stepper:
         ended = False
         for k in range(len(self.spec.units)):
             self.start(k)
-            task, acc, every, n = self.task, [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], 0
+            task, steps = self.task, []  # per step: env-step s, loop s, policy s
             deadline = time.monotonic() + self.spec.warm_s
             while True:
                 t = time.perf_counter()
                 pol, took, ended = self.step(advance=False)
-                loop = time.perf_counter() - t
-                n += 1
-                every = [every[0] + 1, every[1] + took, every[2] + loop, every[3] + pol]
-                if n > WARM_SKIP_STEPS:
-                    acc = [acc[0] + 1, acc[1] + took, acc[2] + loop, acc[3] + pol]
+                steps.append((took, time.perf_counter() - t, pol))
                 if self.spec.render and len(frames) < FRAMES and not ended:
                     t0 = time.perf_counter()
                     grab_frame(self.env, task, self.spec.cfg.eval.video_size)
                     frames.append(time.perf_counter() - t0)
                 if ended or time.monotonic() > deadline:
                     break
-            stats[task] = acc if acc[0] else every  # an episode shorter than the skip counts whole
+            counted = steps[WARM_SKIP_STEPS:] or steps  # an episode shorter than the skip counts whole
+            stats[task] = [len(counted), *map(sum, zip(*counted, strict=True))]
         if ended:  # the windows go on from a live episode (an unfinished one is kept)
             self.start((self.turn + 1) % len(self.spec.units))
         return {"builds": builds, "stats": stats, "frames": frames, "lengths": dict(self.lengths), "resets": self.resets}

@@ -8,38 +8,31 @@ short windows and keeps the middle of them.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 #: share of the samples dropped at each end (the middle 60% kept)
 TRIM = 0.2
 
 
-def trimmed_mean(xs: Sequence[float], trim: float = TRIM) -> float:
-    """Mean of the samples left when the lowest and the highest `trim` share are dropped.
+def trimmed_mean(xs: Sequence[float]) -> float:
+    """Mean of the samples left when the lowest and the highest TRIM share are dropped.
 
     Fewer than 4 samples give their median (with 3, one outlier must not move the result);
     no samples give 0.0.
     """
-    if not 0.0 <= trim < 0.5:
-        raise ValueError(f"trim={trim}: must be in [0, 0.5)")
     vals = sorted(float(x) for x in xs)
     n = len(vals)
-    if n == 0:
-        return 0.0
     if n < 4:
         return median(vals)
-    k = math.floor(n * trim)
+    k = math.floor(n * TRIM)
     kept = vals[k : n - k]
     return sum(kept) / len(kept)
 
 
 def median(xs: Sequence[float]) -> float:
-    vals = sorted(float(x) for x in xs)
-    n = len(vals)
-    if n == 0:
-        return 0.0
-    mid = n // 2
-    return vals[mid] if n % 2 else 0.5 * (vals[mid - 1] + vals[mid])
+    """The median; no samples give 0.0."""
+    return statistics.median(float(x) for x in xs) if len(xs) else 0.0
 
 
 def relative_spread(xs: Sequence[float]) -> float:
