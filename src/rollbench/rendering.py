@@ -275,7 +275,8 @@ def triton_before_osmesa() -> None:
     if _osmesa_loaded():
         log.debug("OSMesa was loaded before triton: importing torch._dynamo may crash this process")
         return
-    import triton  # noqa: F401  heavy: loaded for its LLVM, see above, and only here
+    # heavy: loaded for its LLVM (see above), and only here
+    import triton  # noqa: F401
 
 
 def _osmesa_loaded() -> bool:
