@@ -4,6 +4,7 @@ is the CLI's one-line error."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import subprocess
@@ -79,6 +80,57 @@ def test_the_api_gives_the_cli_s_episodes_on_pusht(cli, tmp_path: Path) -> None:
     assert_same_per_episode(api_per_episode(result), cli_episodes)
     assert_same_per_episode(per_episode(result.output_dir), cli_episodes)
     assert len({round(r[1], 9) for r in cli_episodes.values()}) > 1  # the episodes differ: a real comparison
+
+
+class InMemoryLeRobot:
+    """A LeRobot policy in memory with its processors, called as lerobot-eval calls it (the
+    adapter docs/python_api.md shows for lerobot-train's loop)."""
+
+    per_slot_state = False  # lockstep, as lerobot-eval runs it: a batch's episodes start together
+
+    def __init__(self, policy: Any, preprocessor: Any, postprocessor: Any) -> None:
+        self.policy, self.preprocessor, self.postprocessor = policy, preprocessor, postprocessor
+
+    def __copy__(self) -> InMemoryLeRobot:  # tasks side by side (--eval.max_parallel_tasks): a queue each
+        return InMemoryLeRobot(copy.copy(self.policy), self.preprocessor, self.postprocessor)
+
+    def torch_modules(self) -> list[Any]:
+        return [self.policy]
+
+    def reset(self, slots: Any, episodes: Any) -> None:
+        self.policy.reset()
+
+    def act(self, batch: dict[str, Any], slots: Any) -> np.ndarray:
+        import torch
+
+        from rollbench.policies.lerobot import to_policy_batch
+
+        with torch.inference_mode():
+            action = self.policy.select_action(self.preprocessor(to_policy_batch(batch)))
+            return self.postprocessor(action).to("cpu").numpy()
+
+
+@pytest.mark.lerobot
+@pytest.mark.pusht
+def test_a_lerobot_policy_in_memory_gives_the_cli_s_episodes_of_its_checkpoint(cli, tmp_path: Path) -> None:
+    """A tiny ACT, saved as lerobot-train saves it for the CLI, and in memory for the Evaluator."""
+    pytest.importorskip("lerobot")
+    from lerobot.policies.act.modeling_act import ACTPolicy
+    from lerobot.policies.factory import make_pre_post_processors
+
+    from lerobot_helpers import make_checkpoint
+    from rollbench.config.codec import config_from_flags
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", config_from_flags({"env.type": "pusht", "policy.type": "random"}).env)
+    res = cli("eval", "--env.type=pusht", "--env.episode_length=20", "--eval.n_episodes=3", "--workers=2",
+              "--eval.mode=lockstep", f"--policy.path={ckpt}", f"--output_dir={tmp_path / 'cli'}")
+    assert res.rc == 0, res.err
+    policy = ACTPolicy.from_pretrained(ckpt)
+    pre, post = make_pre_post_processors(policy.config, pretrained_path=str(ckpt))
+    with evaluator(tmp_path / "api", env="pusht", workers=2, flags={"env.episode_length": 20}) as ev:
+        result = ev.evaluate(InMemoryLeRobot(policy, pre, post), n_episodes=3)
+    assert result.info["mode"] == "lockstep"
+    assert_same_per_episode(api_per_episode(result), per_episode(tmp_path / "cli"))
 
 
 class Trained:
