@@ -4,7 +4,6 @@ is the CLI's one-line error."""
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import subprocess
@@ -82,34 +81,6 @@ def test_the_api_gives_the_cli_s_episodes_on_pusht(cli, tmp_path: Path) -> None:
     assert len({round(r[1], 9) for r in cli_episodes.values()}) > 1  # the episodes differ: a real comparison
 
 
-class InMemoryLeRobot:
-    """A LeRobot policy in memory with its processors, called as lerobot-eval calls it (the
-    adapter docs/python_api.md shows for lerobot-train's loop)."""
-
-    per_slot_state = False  # lockstep, as lerobot-eval runs it: a batch's episodes start together
-
-    def __init__(self, policy: Any, preprocessor: Any, postprocessor: Any) -> None:
-        self.policy, self.preprocessor, self.postprocessor = policy, preprocessor, postprocessor
-
-    def __copy__(self) -> InMemoryLeRobot:  # tasks side by side (--eval.max_parallel_tasks): a queue each
-        return InMemoryLeRobot(copy.copy(self.policy), self.preprocessor, self.postprocessor)
-
-    def torch_modules(self) -> list[Any]:
-        return [self.policy]
-
-    def reset(self, slots: Any, episodes: Any) -> None:
-        self.policy.reset()
-
-    def act(self, batch: dict[str, Any], slots: Any) -> np.ndarray:
-        import torch
-
-        from rollbench.policies.lerobot import to_policy_batch
-
-        with torch.inference_mode():
-            action = self.policy.select_action(self.preprocessor(to_policy_batch(batch)))
-            return self.postprocessor(action).to("cpu").numpy()
-
-
 @pytest.mark.lerobot
 @pytest.mark.pusht
 def test_a_lerobot_policy_in_memory_gives_the_cli_s_episodes_of_its_checkpoint(cli, tmp_path: Path) -> None:
@@ -119,6 +90,7 @@ def test_a_lerobot_policy_in_memory_gives_the_cli_s_episodes_of_its_checkpoint(c
     from lerobot.policies.factory import make_pre_post_processors
 
     from lerobot_helpers import make_checkpoint
+    from lerobot_in_memory import InMemoryLeRobot
     from rollbench.config.codec import config_from_flags
 
     ckpt = make_checkpoint(tmp_path / "ckpt", config_from_flags({"env.type": "pusht", "policy.type": "random"}).env)
@@ -131,6 +103,12 @@ def test_a_lerobot_policy_in_memory_gives_the_cli_s_episodes_of_its_checkpoint(c
         result = ev.evaluate(InMemoryLeRobot(policy, pre, post), n_episodes=3)
     assert result.info["mode"] == "lockstep"
     assert_same_per_episode(api_per_episode(result), per_episode(tmp_path / "cli"))
+
+
+def test_the_docs_show_the_tested_lerobot_adapter() -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "python_api.md").read_text()
+    adapter = (Path(__file__).resolve().parent / "lerobot_in_memory.py").read_text().split('"""\n\n', 1)[1]
+    assert f"```python\n{adapter}```" in doc
 
 
 class Trained:
