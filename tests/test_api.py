@@ -48,8 +48,8 @@ def test_the_api_gives_the_cli_s_episodes_on_the_fake_benchmark(cli, tmp_path: P
     assert result.output_dir == tmp_path / "api" / "step-0"
     assert result.info["mode"] == load_info(tmp_path / "cli")["mode"] == mode
     cli_episodes = per_episode(tmp_path / "cli")
-    assert_same_per_episode(per_episode(result.output_dir), cli_episodes)
-    assert_same_per_episode(api_per_episode(result), cli_episodes)
+    assert per_episode(result.output_dir) == cli_episodes  # bit for bit: success, rewards, steps, seed
+    assert api_per_episode(result) == cli_episodes
     assert len(result.episodes) == 15 and result.ran == 15 and result.ok
     successes = {s for s, *_ in cli_episodes.values()}
     assert successes == {True, False} or factory != "steer"  # the comparison sees both outcomes
@@ -76,6 +76,7 @@ def test_the_api_gives_the_cli_s_episodes_on_pusht(cli, tmp_path: Path) -> None:
     with evaluator(tmp_path / "api", env="pusht", workers=2, flags=flags) as ev:
         result = ev.evaluate(toward_block(), n_episodes=4, seed=5)
     cli_episodes = per_episode(tmp_path / "cli")
+    # success, steps and seed bit for bit; rewards to 1e-12: gym-pusht's may differ by an ulp between processes
     assert_same_per_episode(api_per_episode(result), cli_episodes)
     assert_same_per_episode(per_episode(result.output_dir), cli_episodes)
     assert len({round(r[1], 9) for r in cli_episodes.values()}) > 1  # the episodes differ: a real comparison
