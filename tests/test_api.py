@@ -207,11 +207,14 @@ def test_a_keyword_flag_is_its_dotted_flag(tmp_path: Path) -> None:
     ev = rollbench.Evaluator("fake", tmp_path, workers=3, eval__batch_size=2, flags={"env.max_steps": 7})
     cfg = ev.config("x")
     assert (cfg.workers, cfg.eval.batch_size, cfg.env.max_steps) == (3, 2, 7)
+    cfg = rollbench.Evaluator("fake", tmp_path, task="near", flags={"workers": 2}, eval__seed=None).config("x", 4, 9)
+    assert (cfg.env.task, cfg.workers, cfg.eval.n_episodes, cfg.seed) == ("near", 2, 4, 9)
 
 
 @pytest.mark.parametrize("flags, needle", [
     ({"policy.type": "module"}, "--policy.type=module is not an Evaluator flag"),
     ({"output_dir": "x"}, "--output_dir=x is not an Evaluator flag"),
+    ({"env.type": "pusht"}, "--env.type=pusht is not an Evaluator flag: give Evaluator(env=...)"),
     ({"executor": "shards"}, "--executor=shards is not allowed with rollbench.Evaluator"),
     ({"eval.num_shards": 2}, "--eval.num_shards=2 is not allowed"),
     ({"policy.placement": "worker"}, "--policy.placement=worker is not allowed"),

@@ -33,6 +33,7 @@ from rollbench.results.records import EpisodeRecord
 
 #: flags the Evaluator sets itself, with what to give instead
 OWN_FLAGS = {
+    "env.type": "give Evaluator(env=...)",
     "policy.type": "the policy is the object handed to evaluate()",
     "policy.path": "evaluate(name=...) names the policy and its run",
     "output_dir": "give Evaluator(output_dir=...); each evaluate() writes a subdirectory of it",
@@ -132,11 +133,9 @@ class Evaluator:
         self, env: str, output_dir: str | Path, *, task: str | None = None, workers: int | str | None = None,
         flags: Mapping[str, Any] | None = None, progress: TextIO | bool = True, **options: Any,
     ) -> None:
-        given = {**{k: _flag_value(v) for k, v in (flags or {}).items()},
-                 **{k.replace("__", "."): _flag_value(v) for k, v in options.items()}}
-        for key, value in (("env.task", task), ("workers", workers)):
-            if value is not None:
-                given[key] = _flag_value(value)
+        named = {**(flags or {}), **{k.replace("__", "."): v for k, v in options.items()},
+                 **{k: v for k, v in (("env.task", task), ("workers", workers)) if v is not None}}
+        given = {k: _flag_value(v) for k, v in named.items() if v is not None}  # None: the flag's default
         _refuse_own(given)
         self.output_dir = Path(output_dir)
         self.flags = {**DEFAULTS, **given, "env.type": env}
