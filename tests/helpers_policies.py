@@ -303,3 +303,34 @@ def _grandchildren(pid: int) -> list[int]:
 def kills_a_worker(ctx: Any) -> _Const:
     """A policy that SIGKILLs one env worker once, between its steps; see `_KillsAWorker`."""
     return _KillsAWorker(ctx)
+
+
+class _Steer:
+    """Steers the fake benchmark's point toward its target at `gain` (no state of its own: a
+    deterministic function of the observation, so every way of running gives the same episodes)."""
+
+    def __init__(self, gain: float) -> None:
+        self.gain = gain
+
+    def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
+        state = np.asarray(batch["observation.environment_state"])  # (rows, 4): x, y, target x, target y
+        return np.clip(self.gain * (state[:, 2:4] - state[:, 0:2]), -1.0, 1.0).astype(np.float32)
+
+
+def steer(ctx: Any = None) -> _Steer:
+    """The fake benchmark's point steered to its target (some `far` episodes run out of steps)."""
+    return _Steer(5.0)
+
+
+class _TowardBlock:
+    """PushT (--env.obs_type=state): moves the agent to a point beside the block, which turns with
+    it; a deterministic function of the observation."""
+
+    def act(self, batch: Mapping[str, Any], slots: Sequence[int]) -> np.ndarray:
+        state = np.asarray(batch["observation.state"], dtype=np.float64)  # agent x, y, block x, y, angle
+        beside = state[:, 2:4] + 40.0 * np.stack([np.cos(state[:, 4]), np.sin(state[:, 4])], axis=1)
+        return np.clip(beside, 0.0, 512.0).astype(np.float32)
+
+
+def toward_block(ctx: Any = None) -> _TowardBlock:
+    return _TowardBlock()

@@ -20,7 +20,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "rollbench"
 
 #: lowest first; a unit may import its own modules and units of lower layers only
 LAYERS: list[set[str]] = [
-    {"rollbench", "errors", "timeline", "quiet", "caches"},
+    {"version", "errors", "timeline", "quiet", "caches"},
     {"registry", "remote", "hub", "lerobot_line", "perturb", "writable", "forkserver", "stats"},
     {"config"},
     {"plan", "benchmarks", "policies", "rendering"},
@@ -33,8 +33,9 @@ LAYERS: list[set[str]] = [
     {"executors"},
     {"checks", "opening", "drive", "close"},
     {"lifecycle"},
-    {"cli"},
-    {"__main__"},
+    {"cli", "evaluator"},
+    # the package's facade (`rollbench/__init__.py`: `rollbench.Evaluator`, loaded on first use)
+    {"__main__", "rollbench"},
 ]
 
 

@@ -1,10 +1,25 @@
-"""rollbench: fast, parallel, crash-safe evaluation of robot-learning policies in simulation."""
+"""rollbench: fast, parallel, crash-safe evaluation of robot-learning policies in simulation.
 
-from importlib import metadata as _metadata
+The package's facade, at the top of its layers: `rollbench.Evaluator` (evaluate a policy
+object in memory, from Python: docs/python_api.md) is loaded on first use, so that `import
+rollbench` stays light (the command line never loads it)."""
 
-try:
-    __version__ = _metadata.version("rollbench")
-except _metadata.PackageNotFoundError:  # running from a source tree
-    __version__ = "0.1.0"
+from __future__ import annotations
 
-__all__ = ["__version__"]
+from typing import TYPE_CHECKING, Any
+
+from rollbench.version import __version__
+
+if TYPE_CHECKING:
+    from rollbench.evaluator import EvalResult, Evaluator
+
+__all__ = ["EvalResult", "Evaluator", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Evaluator", "EvalResult"):
+        # lazy: the run's machinery (lifecycle, schedulers, numpy) loads when the API is first used
+        from rollbench import evaluator
+
+        return getattr(evaluator, name)
+    raise AttributeError(f"module 'rollbench' has no attribute {name!r}")

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollbench import __version__, quiet, writable
+from rollbench import quiet, writable
 from rollbench.config.codec import config_from_dict, config_from_flags, rerun_argv
 from rollbench.config.env import BENCHMARKS
 from rollbench.config.eval import EvalConfig
@@ -31,6 +31,7 @@ from rollbench.config.tune import TuneConfig
 from rollbench.errors import ConfigError, RollbenchError, UnknownNameError, did_you_mean, message_line
 from rollbench.executors import EXECUTORS
 from rollbench.registry import load_plugins
+from rollbench.version import __version__
 
 if TYPE_CHECKING:
     from rollbench.executors.base import Executor
@@ -305,14 +306,9 @@ def dataset_line(d: dict[str, Any]) -> str:
 
 def draw_report(output_dir: Path) -> Path | None:
     """report.html from what the close wrote; a page that cannot be drawn costs no result."""
-    from rollbench.report import write_report  # lazy: matplotlib, only once a run has closed
+    from rollbench.report.report import draw_report as draw  # lazy: matplotlib, only once a run has closed
 
-    try:
-        return write_report(output_dir)
-    except Exception as err:  # the results are saved; the page is a view of them
-        log.warning("could not write %s/report.html (%s: %s); rerun `rollbench report %s`",
-                    output_dir, type(err).__name__, err, output_dir)
-        return None
+    return draw(output_dir)
 
 
 def cmd_eval(flags: dict[str, str], argv: list[str]) -> int:

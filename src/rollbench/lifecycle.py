@@ -44,6 +44,7 @@ class RunOutcome:
     how: str  # e.g. "(continuous mode)", "in 3 shard processes"
     problems: list[str]  # what the executor says went wrong (failed shards, what to rerun)
     report: Path | None = None  # the page `view` drew (report.html), if any
+    counted: Merged | None = None  # the records that count, as the close merged them (None: not closed here)
 
     @property
     def ok(self) -> bool:
@@ -99,7 +100,7 @@ def _run(cfg: RunConfig, executor: Executor, plan: list[EpisodeUnit], opened: li
         raise _disk_full(err, cfg, plan, executor) from err
     finally:
         executor.close()
-    return RunOutcome(run.output_dir, info, ran, _failed(run, merged), executor.describe(), problems)
+    return RunOutcome(run.output_dir, info, ran, _failed(run, merged), executor.describe(), problems, counted=merged)
 
 
 def _handed_over(run: Run, executor: Executor, plan: list[EpisodeUnit], ran: int) -> RunOutcome:

@@ -16,6 +16,7 @@ for _name, _target in {
     "expert": "rollbench.policies.expert:ExpertPolicy",
     "random": "rollbench.policies.random:RandomPolicy",
     "module": "rollbench.policies.module:load_module_policy",
+    "object": "rollbench.policies.module:handed_policy",
     "lerobot": "rollbench.policies.lerobot:LeRobotPolicy",
     "remote": "rollbench.policies.remote:RemotePolicy",
 }.items():

@@ -268,7 +268,10 @@ class StepContext:
             env.close()
 
     def make_policy(self) -> Policy:
-        policy = make_policy(PolicyContext(self.policy_config, self.benchmark, self.action_space, self.seed))
+        return self.as_run_policy(make_policy(PolicyContext(self.policy_config, self.benchmark, self.action_space, self.seed)))
+
+    def as_run_policy(self, policy: Policy) -> Policy:
+        """`policy` as the run acts with it: with --policy.fresh_weights, a copy per episode."""
         return FreshWeights(policy) if self.policy_config.fresh_weights else policy
 
     def _watch(self, policy: Policy) -> WeightWatch | None:

@@ -1,6 +1,8 @@
 """The in-process executor: this process drives a scheduler over its units.
 
-    setup: build the policy once (a bad one fails before any output is written)
+    setup: build the policy once (a bad one fails before any output is written), or take the
+           one its caller built (`LocalExecutor(policy=...)`: the Python API's object in memory,
+           acted with in this process and left to its owner, never closed here)
     start: --workers=auto measures the machine; the render backend and the whole schedule
            are decided once (`scheduler.decide`; a shard child: with its launcher's `Override`)
     execute: lockstep (envs in this process) or continuous (a pool of worker processes),
@@ -17,6 +19,7 @@ from typing import Any
 from rollbench import timeline, tune
 from rollbench.config.run import RunConfig
 from rollbench.episode.context import StepContext
+from rollbench.errors import ConfigError
 from rollbench.executors.base import Executor, Run
 from rollbench.executors.shards import ShardChild, launched_by, read_override
 from rollbench.policies.base import Policy
@@ -39,8 +42,11 @@ class LocalExecutor(Executor):
         launcher = launched_by()
         return cls() if launcher is None else ShardChild(cls(read_override(cfg)), launcher)
 
-    def __init__(self, override: Override | None = None) -> None:
+    def __init__(self, override: Override | None = None, policy: Policy | None = None) -> None:
         self.override = override  # a shard child's: what its launcher decided for it
+        # built by the caller (`rollbench.Evaluator`), who keeps it: the run's config must place it in
+        # this process (--policy.placement=driver), as no worker can build it
+        self.given = policy
         self.cfg: RunConfig | None = None
         self.ctx: StepContext | None = None
         self.policy: Policy | None = None
@@ -50,10 +56,13 @@ class LocalExecutor(Executor):
         self.rss_before = 0
 
     def setup(self, cfg: RunConfig) -> None:
+        if self.given is not None and cfg.policy.placement != "driver":
+            raise ConfigError(f"--policy.placement={cfg.policy.placement}: a policy object handed in stays in this "
+                              f"process, which only --policy.placement=driver keeps it in")
         self.cfg = cfg
         self.ctx = StepContext.of_run(cfg)
         self.rss_before, t0 = rss_now(), time.perf_counter()
-        self.policy = self.ctx.make_policy()
+        self.policy = self.ctx.make_policy() if self.given is None else self.ctx.as_run_policy(self.given)
         self.load_s = time.perf_counter() - t0
         if cfg.eval.max_episodes_rendered:
             check_encoder()
@@ -96,6 +105,7 @@ class LocalExecutor(Executor):
 
     def close(self) -> None:
         if self.policy is not None:
-            if not (self.ctx is not None and self.ctx.hung):  # a policy left inside a hung call is not closed:
-                self.policy.close()  # its close could wait for that call, and the process ends now anyway
+            hung = self.ctx is not None and self.ctx.hung  # a policy left inside a hung call is not closed:
+            if not hung and self.given is None:  # its close could wait for that call, and the process ends now anyway
+                self.policy.close()  # (a caller's own policy is the caller's to close)
             self.policy = None

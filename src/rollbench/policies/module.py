@@ -4,6 +4,10 @@
 slots)` and optionally `reset(slots, episodes)`; a plain callable `act` is not enough on
 its own because rollbench must know whether the policy keeps per-slot state: set
 `per_slot_state = False` on the object to ask for lockstep mode.
+
+The same object handed to `rollbench.Evaluator.evaluate` in Python is wrapped the same way
+(`wrap`); its run's config names it `--policy.type=object` (`handed_policy`: flags cannot
+build it).
 """
 
 from __future__ import annotations
@@ -87,6 +91,21 @@ def load_module_policy(ctx: PolicyContext) -> Policy:
     except (TypeError, ValueError):
         takes_ctx = True
     inner = factory(ctx) if takes_ctx else factory()
+    return wrap(inner, path or "", f"--policy.path={path!r}: the factory returned")
+
+
+def wrap(inner: Any, name: str, came: str) -> ModulePolicy:
+    """A user's object as a policy; one without `act` is a one-line ConfigError that begins
+    with `came` (where it came from: a factory, the Python API's caller)."""
     if not callable(getattr(inner, "act", None)):
-        raise ConfigError(f"--policy.path={path!r}: the factory returned {type(inner).__name__}, which has no act(batch, slots)")
-    return ModulePolicy(inner, path or "")
+        raise ConfigError(f"{came} {type(inner).__name__}, which has no act(batch, slots)")
+    return ModulePolicy(inner, name)
+
+
+def handed_policy(ctx: PolicyContext) -> Policy:
+    """A policy object handed to `rollbench.Evaluator` in Python (nothing to build from flags)."""
+    raise ConfigError(
+        f"--policy.type=object is a policy object that was handed to rollbench.Evaluator in Python "
+        f"(--policy.path={ctx.config.path!r} names it); flags cannot build it: evaluate it from Python again "
+        f"(the same name resumes its run), or give --policy.type=module --policy.path=pkg.mod:factory"
+    )

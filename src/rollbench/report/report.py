@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,8 @@ from rollbench.results.log import read_records
 from rollbench.results.store import write_text_atomic
 from rollbench.stats import wilson
 from rollbench.writable import output_file
+
+log = logging.getLogger(__name__)
 
 REPORT = "report.html"
 VIDEOS_PER_TASK = 4
@@ -285,6 +288,17 @@ def write_report(output_dir: str | Path, out: str | Path | None = None, videos_p
     path = Path(out) if out is not None else run.root / REPORT
     write_text_atomic(path, render(run, path.resolve(), videos_per_task))
     return path
+
+
+def draw_report(output_dir: Path) -> Path | None:
+    """report.html from what a run's close wrote, as `rollbench eval` and `rollbench.Evaluator`
+    draw it at a run's end: a page that cannot be drawn costs no result (a warning says so)."""
+    try:
+        return write_report(output_dir)
+    except Exception as err:  # the results are saved; the page is a view of them
+        log.warning("could not write %s/report.html (%s: %s); rerun `rollbench report %s`",
+                    output_dir, type(err).__name__, err, output_dir)
+        return None
 
 
 def report_main(positional: list[str], flags: dict[str, Any]) -> int:

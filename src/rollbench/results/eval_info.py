@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 import gymnasium
 import numpy
 
-from rollbench import __version__
 from rollbench.policies.lerobot_plugins import lerobot_versions
 from rollbench.results.merge import Merged
 from rollbench.results.store import EVAL_INFO, write_json_atomic
 from rollbench.results.summary import run_facts, summarize, timing
+from rollbench.version import __version__
 
 if TYPE_CHECKING:
     from rollbench.config.run import RunConfig

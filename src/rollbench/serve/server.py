@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-from rollbench import __version__
 from rollbench.config.env import BenchmarkConfig
 from rollbench.errors import PolicyError
 from rollbench.policies.base import EpisodeStart, Policy, check_actions
@@ -47,6 +46,7 @@ from rollbench.remote.wire import (
     packb,
     unpackb,
 )
+from rollbench.version import __version__
 
 log = logging.getLogger(__name__)
 
