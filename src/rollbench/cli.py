@@ -574,10 +574,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or any(a.startswith("--debug=") and a.split("=", 1)[1].lower() in ("true", "1") for a in argv)
     _setup_logging(debug)
-    if os.environ.get("MUJOCO_GL") == "osmesa":  # before anything loads OSMesa (a policy's setup may)
-        from rollbench.rendering import triton_before_osmesa  # lazy: only a process told to render with OSMesa
-
-        triton_before_osmesa()
     try:
         return _dispatch(argv)
     except RollbenchError as err:

@@ -210,6 +210,8 @@ def check_user_backend(bench: BenchmarkConfig, films: int = 0) -> None:
             f"osmesa (with libOSMesa installed), glfw (with a display); found on this machine: {works}; or unset MUJOCO_GL to "
             f"let rollbench choose"
         )
+    if value.lower() == "osmesa":  # before anything loads OSMesa: this check (`_check_library`), the tasks' listing
+        triton_before_osmesa()
     _check_display(user, value, bench, films)
     _check_library(user, value)
 
