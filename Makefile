@@ -84,9 +84,10 @@ lint: $(VENV)/.installed-dev
 #   bridge, parity with lerobot-eval, recording, hub checkpoints, the VLAs), less those of
 #   rollbench's own machinery with a LeRobot checkpoint (marker `one_line`, tests/conftest.py);
 # - between them, test-gl: the rendering tests under the GL backend the 3.12 line did not use.
-# The 3.11 line renders with egl: under osmesa (libosmesa6 installed), rollbench's MetaWorld pixel
-# run of a LeRobot 0.4.4 checkpoint segfaults there (test_lerobot_metaworld, found by CI's osmesa
-# pass; not yet explained, docs/architecture.md "Known limits").
+# The 3.11 line renders with the backend rollbench picks, as the 3.12 line does (osmesa where
+# libosmesa6 is installed: CI's). It was held to egl while its MetaWorld pixel run of a LeRobot
+# 0.4.4 checkpoint segfaulted under osmesa: triton's import after OSMesa's LLVM, which rollbench
+# now avoids (rendering.triton_before_osmesa; docs/architecture.md "Known limits").
 # Each line runs in TEST_WORKERS pytest processes: most tests wait on the processes they start,
 # so two share a 2-core machine well. Each test module runs whole in one of them (--dist
 # loadscope): its module fixtures (checkpoints, tiny VLAs) are built once. TEST_WORKERS=0 runs
@@ -133,7 +134,6 @@ test-311: $(VENV)/.installed-dev
 	@echo "== Python 3.11, LeRobot $$($(BIN)/python -c 'import lerobot; print(lerobot.__version__)'): the LeRobot-facing tests"
 	@$(BIN)/$(COMPILE)
 	@t0=$$(date +%s); rc=0; \
-	MUJOCO_GL=$${MUJOCO_GL:-egl} PYOPENGL_PLATFORM=$${PYOPENGL_PLATFORM:-egl} \
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=20 -m "lerobot and not one_line" $(PYTEST_ARGS) || rc=$$?; \
 	echo "== Python 3.11 line: $$(( $$(date +%s) - t0 )) s, exit $$rc"; exit $$rc
 
