@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rollbench import lifecycle
-from rollbench.config.codec import config_from_flags
+from rollbench.config.codec import config_from_flags, to_flags
 from rollbench.config.run import RunConfig
 from rollbench.errors import ConfigError, RollbenchError
 from rollbench.executors.local import LocalExecutor
@@ -135,7 +135,7 @@ class Evaluator:
     ) -> None:
         named = {**(flags or {}), **{k.replace("__", "."): v for k, v in options.items()},
                  **{k: v for k, v in (("env.task", task), ("workers", workers)) if v is not None}}
-        given = {k: _flag_value(v) for k, v in named.items() if v is not None}  # None: the flag's default
+        given = to_flags(named)  # as a run's config becomes flags (True -> "true", (1, 2) -> "1,2"); None: the default
         _refuse_own(given)
         self.output_dir = Path(output_dir)
         self.flags = {**DEFAULTS, **given, "env.type": env}
@@ -193,15 +193,6 @@ class Evaluator:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _flag_value(value: Any) -> str:
-    """A Python value as its flag's text (`True` -> "true", (1, 2) -> "1,2")."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list | tuple):
-        return ",".join(map(str, value))
-    return str(value)
 
 
 def _refuse_own(flags: Mapping[str, str]) -> None:

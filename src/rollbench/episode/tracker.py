@@ -3,7 +3,7 @@ r"""One episode, from its unit to its record: the one place an env is reset and 
     tracker = EpisodeTracker.of(bench, unit, record_mode, filming, attempt)
     obs = tracker.reset(bench, env)             # reset `env` into the unit (index, seed); first frame
     obs, ended = tracker.step(bench, env, obs, action)   # one env step, accounted and filmed
-    record = tracker.record(worker, attempt)    # once it ended (its video in place first)
+    record = tracker.record(worker)             # once it ended (its video in place first)
     tracker.drop()                              # or: it will not end (an error, a cancel)
 
 An env worker's slots, tune's probe processes and `episode.context.play_episode` (one
@@ -82,6 +82,7 @@ class EpisodeTracker:
     record_mode: RecordRule | None = None  # --eval.recording: which episodes' frames to keep
     frames: Frames | None = None
     film: Film | None = None  # set: this episode is filmed
+    attempt: int = 0  # the unit's tries before this one (its video's key and its record's)
 
     def __post_init__(self) -> None:
         if self.record_mode is not None and self.record_mode.wants(self.unit.condition) and self.frames is None:
@@ -95,7 +96,8 @@ class EpisodeTracker:
         """The tracker of `unit`'s episode on `bench`: its step limit and success rule, its
         frames (--eval.recording) and its video (if `filming` wants it)."""
         film = filming.film(unit, attempt) if filming is not None else None
-        return cls(unit, bench.effective_max_steps(unit.task), bench.success, record_mode=record_mode, film=film)
+        return cls(unit, bench.effective_max_steps(unit.task), bench.success, record_mode=record_mode, film=film,
+                   attempt=attempt)
 
     def reset(self, bench: BenchmarkConfig, env: Any) -> Any:
         """Reset one env into this unit (its episode index where the benchmark reads one, its
@@ -147,7 +149,7 @@ class EpisodeTracker:
             self.film.drop()
             self.film = None
 
-    def record(self, worker: str, attempt: int = 0) -> EpisodeRecord:
+    def record(self, worker: str) -> EpisodeRecord:
         """The ended episode's record, its video (if filmed) in place before it."""
         video_path = self.film.finish() if self.film is not None else None
         self.film = None
@@ -159,7 +161,7 @@ class EpisodeTracker:
             n_steps=self.n_steps,
             wall_s=time.monotonic() - self.started,
             worker=worker,
-            attempt=attempt,
+            attempt=self.attempt,
             finished_at=time.time(),
             video_path=video_path,
             frames=self.kept_frames(),
@@ -180,7 +182,7 @@ class Rows:
         self.padded = units + [units[0]] * (n_envs - len(units))
         self.trackers = [EpisodeTracker.of(bench, u, record_mode, filming) for u in units]
         self.active = np.array([i < len(units) for i in range(n_envs)])
-        filmed = filming is not None and any(t.film is not None for t in self.trackers)
+        filmed = any(t.film is not None for t in self.trackers)  # (none without `filming`)
         self.grab = vector_frames(vec, units[0].task, filming.plan.size) if filming is not None and filmed else None
 
     def running(self) -> list[EpisodeUnit]:

@@ -216,7 +216,7 @@ class Worker:
             self.buffer.touch()  # (after its env closed: the slot is out of this unit)
             return
         if ended:
-            report.events.append(("record", i, slot.tracker.record(self.name, slot.attempt)))
+            report.events.append(("record", i, slot.tracker.record(self.name)))
             slot.tracker = None
         self.buffer.touch()  # (after its frame and video: a render or encoder that kills the worker is this unit's)
 
